@@ -1,0 +1,102 @@
+"""Configure, compile and stage-install Caffe with CMake.
+
+This is the single build recipe: ``invoke engine.install`` on a host and the Docker images run
+the same steps (through the same task), with only :class:`BuildOptions` differing. Each step
+writes its full output to the build log; the terminal shows a progress bar fed by make's own
+``[ 42%]`` markers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from caffetool.engine.recipe import BuildOptions, cmake_flags
+from caffetool.errors import BuildError
+
+PERCENT = re.compile(r"^\[\s*(\d+)%\]")
+
+
+def configure(tree: Path, build: Path, options: BuildOptions, prefix: Path, log: Path) -> list[str]:
+    """Run CMake; return the flags used. Refuses a CUDA build that CMake silently made CPU-only."""
+    flags = cmake_flags(options, sys.executable, prefix)
+    build.mkdir(parents=True, exist_ok=True)
+    _run(["cmake", str(tree), *flags], build, log, "CMake configuration")
+    cache = (build / "CMakeCache.txt").read_text(errors="replace")
+    if options.cuda and not re.search(r"^HAVE_CUDA:INTERNAL=TRUE$", cache, re.M):
+        # Caffe's Cuda.cmake falls back to a CPU build when it cannot find CUDA.
+        raise BuildError(
+            f"CMake did not find CUDA for a --cuda build (see {log}); put nvcc on PATH or set "
+            "CUDA_TOOLKIT_ROOT_DIR through --cmake-arg"
+        )
+    return flags
+
+
+def compile_and_stage(build: Path, jobs: int, destdir: Path, log: Path, progress: bool) -> None:
+    """``make -jN`` with a progress bar, then ``make install DESTDIR=...`` into a staging root."""
+    bar = tqdm(total=100, unit="%", desc="building Caffe", disable=not progress, leave=False)
+    try:
+        _run(["make", f"-j{jobs}"], build, log, "compilation", on_line=lambda line: _advance(bar, line))
+    finally:
+        bar.close()
+    _run(["make", "install", f"DESTDIR={destdir}"], build, log, "make install")
+
+
+def _advance(bar: tqdm, line: str) -> None:
+    match = PERCENT.match(line)
+    if match and int(match.group(1)) > bar.n:
+        bar.update(int(match.group(1)) - bar.n)
+
+
+def _run(argv: list[str], cwd: Path, log: Path, what: str, on_line=None) -> None:
+    env = {**os.environ, "LC_ALL": "C"}
+    with open(log, "a") as out:
+        out.write(f"$ (cd {cwd} && {' '.join(argv)})\n")
+        out.flush()
+        # A session of its own, so an interrupt can stop make *and* every compiler it started.
+        process = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace", start_new_session=True,
+        )
+        assert process.stdout is not None
+        try:
+            for line in process.stdout:
+                out.write(line)
+                if on_line:
+                    on_line(line)
+        finally:
+            # An interrupt must not leave compilers writing into a folder being deleted.
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+            code = process.wait()
+            _reap_group(process.pid)
+    if code != 0:
+        raise BuildError(f"{what} failed (exit {code}):\n{_error_lines(log)}\nFull log: {log}")
+
+
+def _reap_group(pgid: int, grace: float = 10.0) -> None:
+    """Wait until no process of the group is left (compilers finishing a file), then kill."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _error_lines(log: Path, limit: int = 8) -> str:
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [line for line in lines if re.search(r"error|Error|CMake Error", line)]
+    return "\n".join((errors or lines)[-limit:])

@@ -1,0 +1,266 @@
+"""Install the engine: dependencies, source, patches, build, then an atomic move into place.
+
+Everything is built inside a hidden staging folder next to the prefix (same file system, so
+the final ``rename`` is atomic). The prefix appears only when the build, the staged install,
+the manifest and a smoke test are all complete; an interrupted or failed build leaves nothing
+that looks installed. A second call with the same options finds the install, checks it and
+returns in about a second.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import caffetool
+from caffetool import config
+from caffetool.engine import apt, build, source
+from caffetool.engine.locate import MANIFEST, EngineInfo, locate
+from caffetool.engine.recipe import (
+    BUILD_PACKAGES,
+    CAFFE_SOURCE,
+    PYCAFFE_MODULES,
+    BuildOptions,
+)
+from caffetool.errors import BuildError, ConfigError, EngineCorrupt, EngineError, EngineNotFound
+
+PTH_NAME = "caffetool-pycaffe.pth"
+STAGING_MARK = ".staging-"
+# Reference prototxt files kept from the source tree: Caffe's own examples and model zoo
+# definitions, which tests and users compare generated nets against.
+KEPT_SOURCE_FILES = ("examples/**/*.prototxt", "models/**/*.prototxt", "python/caffe/imagenet/*.npy")
+
+
+@dataclass
+class InstallResult:
+    engine: EngineInfo
+    cached: bool
+    seconds: float
+    log: Path | None
+
+
+def install(
+    prefix: str | os.PathLike[str] | None = None,
+    options: BuildOptions = BuildOptions(),
+    source_location: str | None = None,
+    debian_mirror: str | None = None,
+    jobs: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+) -> InstallResult:
+    """Build and install the engine into ``prefix`` unless an equal working one is there."""
+    started = time.monotonic()
+    root = config.engine_prefix(prefix)
+    existing = _existing(root, options, force)
+    if existing is not None:
+        if not existing.pycaffe:
+            ensure_pycaffe_modules(say)
+            existing = locate(root)
+        if not existing.pycaffe:
+            raise EngineError(
+                f"pycaffe in {root} does not import in {sys.executable}: {existing.pycaffe_error} "
+                "— rerun with --force to rebuild it against this Python"
+            )
+        link_pycaffe(existing, say)
+        return InstallResult(existing, True, time.monotonic() - started, None)
+
+    logs = config.cache_home() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"engine-build-{dt.datetime.now():%Y%m%d-%H%M%S}.log"
+    timings: dict[str, float] = {}
+    with _timed(timings, "dependencies"):
+        if installed := apt.install_packages(BUILD_PACKAGES, log):
+            say(f"installed system packages: {' '.join(installed)}")
+        ensure_pycaffe_modules(say)
+
+    root.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(root)
+    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}{STAGING_MARK}"))
+    (staging / "pid").write_text(str(os.getpid()))
+    try:
+        say(f"building Caffe {CAFFE_SOURCE.version} into {root} (log: {log})")
+        manifest = _build(root, staging, options, source_location, debian_mirror, jobs, log, timings, progress)
+        timings["total"] = round(time.monotonic() - started, 1)
+        manifest["timings_s"] = timings
+        staged = staging / "root" / root.relative_to(root.anchor)
+        shutil.copyfile(log, staged / "share" / "caffetool" / "build.log")
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _smoke_test(staged)
+        _swap_into_place(staged, root, staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    engine = locate(root)
+    link_pycaffe(engine, say)
+    return InstallResult(engine, False, time.monotonic() - started, log)
+
+
+def _existing(root: Path, options: BuildOptions, force: bool) -> EngineInfo | None:
+    """The working install at ``root`` built with ``options``; raise if another thing is there."""
+    try:
+        engine = locate(root)
+    except EngineNotFound:
+        return None
+    except EngineCorrupt as e:
+        if force:
+            return None
+        raise EngineCorrupt(f"{e}; nothing was changed") from None
+    if force:
+        return None
+    built = engine.manifest.get("options")
+    if built != options.as_dict():
+        raise ConfigError(
+            f"{root} holds an engine built with other options ({json.dumps(built)}); "
+            "rerun with --force to rebuild it, or choose another --prefix"
+        )
+    return engine
+
+
+def _build(
+    root: Path, staging: Path, options: BuildOptions, source_location: str | None,
+    debian_mirror: str | None, jobs: int | None, log: Path, timings: dict[str, float], progress: bool,
+) -> dict:
+    cache = config.cache_home() / "sources"
+    tree, build_dir, destdir = staging / "src", staging / "build", staging / "root"
+    with _timed(timings, "fetch"):
+        origin = source.obtain(CAFFE_SOURCE, cache, source_location, debian_mirror)
+    with _timed(timings, "patch"):
+        source.unpack(CAFFE_SOURCE, cache, tree)
+        patches = source.apply_patches(tree, log)
+    with _timed(timings, "configure"):
+        flags = build.configure(tree, build_dir, options, root, log)
+    jobs = jobs or os.cpu_count() or 1
+    with _timed(timings, "compile"):
+        build.compile_and_stage(build_dir, jobs, destdir, log, progress)
+    staged = destdir / root.relative_to(root.anchor)
+    _keep_reference_files(tree, staged / "share" / "caffe")
+    (staged / "share" / "caffetool").mkdir(parents=True, exist_ok=True)
+    return {
+        "schema": 1,
+        "caffetool_version": caffetool.__version__,
+        "source": {
+            "package": CAFFE_SOURCE.package,
+            "version": CAFFE_SOURCE.version,
+            "suite": CAFFE_SOURCE.suite,
+            "upstream_commit": CAFFE_SOURCE.upstream_commit,
+            "origin": origin,
+            "tarballs": [asdict(t) for t in CAFFE_SOURCE.tarballs],
+        },
+        "patches": [asdict(p) for p in patches],
+        "options": options.as_dict(),
+        "cmake_flags": flags,
+        "jobs": jobs,
+        "compiler": _first_line(["c++", "--version"]),
+        "cmake": _first_line(["cmake", "--version"]),
+        "python": {"executable": sys.executable, "version": platform.python_version()},
+        "numpy": _module_version("numpy"),
+        "host": {"machine": platform.machine(), "system": platform.platform(), "cpus": os.cpu_count()},
+        "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _keep_reference_files(tree: Path, dest: Path) -> None:
+    for pattern in KEPT_SOURCE_FILES:
+        for path in tree.glob(pattern):
+            target = dest / path.relative_to(tree)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+
+
+def _smoke_test(staged: Path) -> None:
+    """Run the staged ``caffe --version`` against the staged libraries before moving it in."""
+    env = {**os.environ, "LD_LIBRARY_PATH": str(staged / "lib")}
+    done = subprocess.run([str(staged / "bin" / "caffe"), "--version"], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise BuildError(f"the freshly built caffe does not run: {done.stderr.strip()[-400:]}")
+
+
+def _swap_into_place(staged: Path, root: Path, staging: Path) -> None:
+    """Rename the staged prefix to ``root``; an old prefix (with --force) goes only after that."""
+    if root.exists():
+        os.rename(root, staging / "replaced")
+    os.rename(staged, root)
+
+
+def remove_stale_staging(root: Path) -> None:
+    """Delete staging folders whose builder process is gone (killed, machine rebooted)."""
+    for path in root.parent.glob(f".{root.name}{STAGING_MARK}*"):
+        try:
+            pid = int((path / "pid").read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def ensure_pycaffe_modules(say: Callable[[str], None] = print) -> None:
+    """pip-install whatever pycaffe imports that this interpreter lacks."""
+    missing = [pypi for module, pypi in PYCAFFE_MODULES.items() if not _has_module(module)]
+    if not missing:
+        return
+    say(f"installing pycaffe's Python dependencies: {' '.join(missing)}")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EngineError(f"pip could not install {' '.join(missing)}: {done.stderr.strip()[-400:]}")
+
+
+def link_pycaffe(engine: EngineInfo, say: Callable[[str], None] = print) -> Path:
+    """Make ``import caffe`` work in this interpreter through a .pth file in its site-packages."""
+    site = Path(sysconfig.get_path("purelib"))
+    pth = site / PTH_NAME
+    wanted = f"{engine.python_path}\n"
+    if pth.exists() and pth.read_text() == wanted:
+        return pth
+    try:
+        pth.write_text(wanted)
+    except OSError as e:
+        raise EngineError(
+            f"cannot write {pth} ({e.strerror}); run the task from a virtual environment you own"
+        ) from e
+    say(f"pycaffe linked into {site}")
+    return pth
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _module_version(name: str) -> str | None:
+    try:
+        return __import__(name).__version__
+    except ImportError:
+        return None
+
+
+def _first_line(argv: list[str]) -> str | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+class _timed:
+    """Context manager adding the seconds its block took to ``timings[key]``."""
+
+    def __init__(self, timings: dict[str, float], key: str) -> None:
+        self.timings, self.key = timings, key
+
+    def __enter__(self) -> None:
+        self.start = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timings[self.key] = round(time.monotonic() - self.start, 1)

@@ -1,0 +1,160 @@
+"""Find an installed engine and tell whether it works.
+
+An install is a prefix holding ``caffetool-engine.json`` (the build manifest), ``bin/caffe``
+and pycaffe under ``lib/python3/dist-packages``. Anything less is reported as corrupt, never
+as installed: the manifest is written last, inside the staging tree, so only a complete build
+ever carries one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from caffetool import config
+from caffetool.errors import EngineCorrupt, EngineNotFound
+
+MANIFEST = "caffetool-engine.json"
+PYCAFFE_DIR = Path("lib/python3/dist-packages")
+TOOLS: tuple[str, ...] = (
+    "caffe",
+    "convert_mnist_data",
+    "compute_image_mean",
+    "convert_imageset",
+    "upgrade_net_proto_text",
+    "upgrade_net_proto_binary",
+    "upgrade_solver_proto_text",
+    "extract_features",
+)
+QUIET_GLOG = {"GLOG_minloglevel": "2"}
+
+
+@dataclass
+class EngineInfo:
+    prefix: Path
+    manifest: dict
+    tools: dict[str, str | None]
+    python_path: Path
+    version: str | None = None
+    pycaffe: bool | None = None
+    pycaffe_error: str | None = None
+    gpus: list[str] = field(default_factory=list)
+
+    @property
+    def caffe(self) -> Path:
+        return self.prefix / "bin" / "caffe"
+
+    def tool(self, name: str) -> Path:
+        path = self.tools.get(name)
+        if not path:
+            raise EngineCorrupt(f"{self.prefix} has no {name} — run `invoke engine.install --force`")
+        return Path(path)
+
+    @property
+    def cpu_only(self) -> bool:
+        return bool(self.manifest.get("options", {}).get("cpu_only", True))
+
+    def as_json(self) -> dict:
+        data = asdict(self)
+        data["prefix"] = str(self.prefix)
+        data["python_path"] = str(self.python_path)
+        data["cpu_only"] = self.cpu_only
+        return data
+
+
+def locate(prefix: str | os.PathLike[str] | None = None, probe: bool = True) -> EngineInfo:
+    """Return the engine at ``prefix`` (default: config.engine_prefix()) or raise.
+
+    ``probe`` also runs ``caffe --version``, imports pycaffe in a child interpreter and lists
+    GPUs; without it only the files are checked (cheap, for callers that just need paths).
+    """
+    root = config.engine_prefix(prefix)
+    if not root.is_dir() or not any(root.iterdir()):
+        raise EngineNotFound(f"no Caffe engine at {root} — run `invoke engine.install`")
+    manifest_path = root / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        raise EngineCorrupt(_corrupt(root, f"its manifest {MANIFEST} is missing")) from None
+    except (OSError, ValueError) as e:
+        raise EngineCorrupt(_corrupt(root, f"its manifest {MANIFEST} is unreadable ({e})")) from e
+    caffe = root / "bin" / "caffe"
+    if not os.access(caffe, os.X_OK):
+        raise EngineCorrupt(_corrupt(root, "bin/caffe is missing or not executable"))
+    if not (root / PYCAFFE_DIR / "caffe" / "__init__.py").exists():
+        raise EngineCorrupt(_corrupt(root, f"pycaffe is missing from {PYCAFFE_DIR}"))
+    tools = {
+        name: str(root / "bin" / name) if os.access(root / "bin" / name, os.X_OK) else None
+        for name in TOOLS
+    }
+    info = EngineInfo(prefix=root, manifest=manifest, tools=tools, python_path=root / PYCAFFE_DIR)
+    if probe:
+        _probe(info)
+    return info
+
+
+def _corrupt(root: Path, why: str) -> str:
+    return f"{root} is not a valid Caffe engine: {why} — run `invoke engine.install --force`"
+
+
+def _probe(info: EngineInfo) -> None:
+    env = {**os.environ, **QUIET_GLOG}
+    try:
+        done = subprocess.run(
+            [str(info.caffe), "--version"], capture_output=True, text=True, timeout=30, env=env
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EngineCorrupt(_corrupt(info.prefix, f"bin/caffe does not run ({e})")) from e
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise EngineCorrupt(_corrupt(info.prefix, f"`caffe --version` failed: {last[0]}"))
+    info.version = done.stdout.strip().removeprefix("caffe version ").strip()
+    info.pycaffe, info.pycaffe_error = pycaffe_imports(info.python_path)
+    info.gpus = visible_gpus()
+
+
+def pycaffe_imports(python_path: Path, python: str = sys.executable) -> tuple[bool, str | None]:
+    """Whether ``import caffe`` from ``python_path`` works in ``python`` (a child process)."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import caffe; print(caffe.__file__)"
+    env = {**os.environ, **QUIET_GLOG}
+    done = subprocess.run(
+        [python, "-c", code, str(python_path)], capture_output=True, text=True, timeout=120, env=env
+    )
+    if done.returncode == 0:
+        return True, None
+    lines = done.stderr.strip().splitlines()
+    return False, lines[-1] if lines else f"exit {done.returncode}"
+
+
+def visible_gpus() -> list[str]:
+    """GPU names as ``nvidia-smi -L`` lists them; empty where there is no NVIDIA driver."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")] if done.returncode == 0 else []
+
+
+def caffe_env(**extra: str) -> dict[str, str]:
+    """Environment for running a Caffe binary whose INFO log lines are read (glog to stderr)."""
+    return {**os.environ, "GLOG_logtostderr": "1", "GLOG_minloglevel": "0", **extra}
+
+
+def import_caffe(info: EngineInfo):
+    """Import pycaffe from ``info``'s prefix in this process and return the module."""
+    path = str(info.python_path)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    import caffe  # noqa: PLC0415 - the engine decides where pycaffe comes from
+
+    return caffe

@@ -1,0 +1,158 @@
+"""The engine recipe, declared as data: which source, which patches, which packages, which flags.
+
+BVLC Caffe has had no release since 2018 and no current distribution ships it. Debian's source
+package of 2021 is the best-kept copy: its orig tarball is BVLC/caffe at commit 99bd997, and its
+patch series fixes the build against newer libraries. caffetool pins both tarballs by sha256, so
+a copy from apt, a local folder or any URL is the same bytes, and adds its own patches for what
+broke after 2021 (see ``patches/``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Tarball:
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """A Debian source package, pinned by version and tarball checksums."""
+
+    package: str
+    version: str
+    suite: str
+    component: str
+    upstream_commit: str
+    tarballs: tuple[Tarball, ...]
+    keyring: str = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+    @property
+    def orig(self) -> Tarball:
+        return next(t for t in self.tarballs if ".orig." in t.name)
+
+    @property
+    def debian(self) -> Tarball:
+        return next(t for t in self.tarballs if ".debian." in t.name)
+
+
+CAFFE_SOURCE = SourcePackage(
+    package="caffe",
+    version="1.0.0+git20180821.99bd997-8",
+    suite="bullseye",
+    component="main",
+    upstream_commit="99bd997",
+    tarballs=(
+        Tarball(
+            "caffe_1.0.0+git20180821.99bd997.orig.tar.gz",
+            "e0eb3f06794f7402c77b7dec8e8480273ee1a1bb192e9122b621a69d4147ad0c",
+            8_518_844,
+        ),
+        Tarball(
+            "caffe_1.0.0+git20180821.99bd997-8.debian.tar.xz",
+            "07cf073227494a6b07234e40cb5df91db566616593eef9baafdc4d06ad159f21",
+            14_928,
+        ),
+    ),
+)
+
+PATCH_DIR = Path(__file__).with_name("patches")
+
+# caffetool's own patches, applied in this order after Debian's series. Each file's header
+# says what it fixes and why. They touch only code that the chosen options compile, so all
+# are applied to every build and every manifest lists the same series.
+PROJECT_PATCHES: tuple[str, ...] = (
+    "0001-protobuf-3.21-SetTotalBytesLimit.patch",
+)
+
+# Debian/Ubuntu packages needed to fetch, patch and build the engine (CPU or CUDA: CUDA itself
+# comes from the CUDA toolkit, never from here).
+BUILD_PACKAGES: tuple[str, ...] = (
+    "build-essential",
+    "cmake",
+    "patch",
+    "xz-utils",
+    "ca-certificates",
+    "debian-archive-keyring",
+    "python3-dev",
+    "libboost-system-dev",
+    "libboost-thread-dev",
+    "libboost-filesystem-dev",
+    "libboost-python-dev",
+    "libprotobuf-dev",
+    "protobuf-compiler",
+    "libgoogle-glog-dev",
+    "libgflags-dev",
+    "libhdf5-dev",
+    "libleveldb-dev",
+    "liblmdb-dev",
+    "libsnappy-dev",
+    "libopencv-dev",
+    "libopenblas-dev",
+)
+
+# Python modules pycaffe imports at `import caffe`, with the PyPI names that provide them.
+PYCAFFE_MODULES: dict[str, str] = {
+    "numpy": "numpy",
+    "google.protobuf": "protobuf",
+    "six": "six",
+    "skimage": "scikit-image",
+}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What varies between engine builds. Two installs with equal options are interchangeable."""
+
+    cuda: bool = False
+    cudnn: bool = False
+    nccl: bool = False
+    cuda_arch: tuple[str, ...] = ()
+    blas: str = "Open"
+    extra_cmake: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cpu_only": not self.cuda,
+            "use_cudnn": self.cudnn,
+            "use_nccl": self.nccl,
+            "cuda_arch": list(self.cuda_arch),
+            "blas": self.blas,
+            "extra_cmake": list(self.extra_cmake),
+        }
+
+
+def cmake_flags(options: BuildOptions, python: str, install_prefix: Path) -> list[str]:
+    """The CMake command-line definitions for one build, recorded verbatim in the manifest."""
+    flags = {
+        "CMAKE_BUILD_TYPE": "Release",
+        "CMAKE_INSTALL_PREFIX": str(install_prefix),
+        "CPU_ONLY": "OFF" if options.cuda else "ON",
+        "USE_CUDNN": "ON" if options.cudnn else "OFF",
+        "USE_NCCL": "ON" if options.nccl else "OFF",
+        "BLAS": options.blas,
+        "BUILD_SHARED_LIBS": "ON",
+        "BUILD_python": "ON",
+        "BUILD_python_layer": "ON",
+        "python_version": "3",
+        "PYTHON_EXECUTABLE": python,
+        "USE_LMDB": "ON",
+        "USE_LEVELDB": "ON",
+        "USE_OPENCV": "ON",
+        "BUILD_docs": "OFF",
+        "BUILD_matlab": "OFF",
+    }
+    if options.cuda:
+        # Caffe's Cuda.cmake "Auto"/"All" lists include architectures CUDA 11+ rejects.
+        bins = " ".join(options.cuda_arch)
+        flags.update(
+            CUDA_ARCH_NAME="Manual",
+            CUDA_ARCH_BIN=bins,
+            CUDA_ARCH_PTX=options.cuda_arch[-1] if options.cuda_arch else "",
+        )
+    return [f"-D{k}={v}" for k, v in flags.items()] + list(options.extra_cmake)

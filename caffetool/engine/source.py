@@ -1,0 +1,140 @@
+"""Obtain, verify, unpack and patch the engine's source.
+
+Tarballs are tried in order: caffetool's cache (already verified) → ``--source`` (a folder or
+a base URL holding both tarballs) → apt through a private configuration. Whatever the origin,
+each tarball is checked against the pinned sha256 before it enters the cache, so every later
+step works on exactly the bytes the recipe names.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from caffetool.checksum import sha256_file, verify_sha256
+from caffetool.engine import apt
+from caffetool.engine.recipe import PATCH_DIR, PROJECT_PATCHES, SourcePackage
+from caffetool.errors import BuildError, ChecksumMismatch, SourceError
+
+DOWNLOAD_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    origin: str  # "debian" or "caffetool"
+    sha256: str
+
+
+def obtain(pkg: SourcePackage, cache: Path, source: str | None, mirror: str | None) -> str:
+    """Make both verified tarballs present in ``cache``; return where they came from."""
+    cache.mkdir(parents=True, exist_ok=True)
+    if _cached(pkg, cache):
+        return "cache"
+    if source:
+        _from_location(pkg, cache, source)
+        return source
+    mirror = mirror or apt.system_debian_mirror()
+    if not mirror:
+        raise SourceError(
+            "this machine's apt knows no Debian archive to fetch the Caffe source from; "
+            "pass --debian-mirror URL (a Debian archive) or --source DIR|URL (the two tarballs)"
+        )
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".apt-") as tmp:
+        os.chmod(tmp, 0o755)
+        apt.fetch_source(pkg, mirror, Path(tmp), cache / "apt")
+        _adopt(pkg, Path(tmp), cache, origin=f"apt ({mirror} {pkg.suite})")
+    return f"apt:{mirror} {pkg.suite}"
+
+
+def _cached(pkg: SourcePackage, cache: Path) -> bool:
+    """True when both tarballs are in the cache with the pinned checksums (bad copies removed)."""
+    ok = True
+    for tarball in pkg.tarballs:
+        path = cache / tarball.name
+        if not path.exists():
+            ok = False
+        elif path.stat().st_size != tarball.size or sha256_file(path) != tarball.sha256:
+            path.unlink()
+            ok = False
+    return ok
+
+
+def _from_location(pkg: SourcePackage, cache: Path, source: str) -> None:
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".src-") as tmp:
+        staged = Path(tmp)
+        for tarball in pkg.tarballs:
+            if "://" in source:
+                _download(source.rstrip("/") + "/" + tarball.name, staged / tarball.name)
+            else:
+                found = Path(source).expanduser() / tarball.name
+                if not found.is_file():
+                    raise SourceError(
+                        f"{found} not found; --source must be a folder holding "
+                        f"{' and '.join(t.name for t in pkg.tarballs)}"
+                    )
+                shutil.copyfile(found, staged / tarball.name)
+        _adopt(pkg, staged, cache, origin=source)
+
+
+def _download(url: str, dest: Path) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response, open(dest, "wb") as f:
+            shutil.copyfileobj(response, f, 1 << 20)
+    except (urllib.error.URLError, OSError) as e:
+        raise SourceError(f"could not download {url}: {getattr(e, 'reason', e)}") from e
+
+
+def _adopt(pkg: SourcePackage, staged: Path, cache: Path, origin: str) -> None:
+    """Verify every tarball in ``staged`` and move it into the cache; a bad one is deleted."""
+    for tarball in pkg.tarballs:
+        path = staged / tarball.name
+        if not path.exists():
+            raise SourceError(f"{tarball.name} was not delivered by {origin}")
+        try:
+            verify_sha256(path, tarball.sha256, origin)
+        except ChecksumMismatch:
+            path.unlink()
+            raise
+    for tarball in pkg.tarballs:
+        os.replace(staged / tarball.name, cache / tarball.name)
+
+
+def unpack(pkg: SourcePackage, cache: Path, dest: Path) -> None:
+    """Unpack the orig tarball into ``dest`` and the Debian tarball (``debian/``) inside it."""
+    dest.mkdir(parents=True)
+    with tarfile.open(cache / pkg.orig.name) as tar:
+        tar.extractall(dest, filter="data")
+    with tarfile.open(cache / pkg.debian.name) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def apply_patches(tree: Path, log: Path) -> list[Patch]:
+    """Apply Debian's series, then caffetool's patches; return them in order of application."""
+    series = tree / "debian" / "patches" / "series"
+    debian = [
+        tree / "debian" / "patches" / line.split()[0]
+        for line in series.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    ours = [PATCH_DIR / name for name in PROJECT_PATCHES]
+    applied = []
+    for path, origin in [(p, "debian") for p in debian] + [(p, "caffetool") for p in ours]:
+        with open(log, "a") as out:
+            out.write(f"$ patch -p1 < {path}\n")
+            out.flush()
+            done = subprocess.run(
+                ["patch", "-p1", "--batch", "--forward", "-i", str(path)],
+                cwd=tree, stdout=out, stderr=subprocess.STDOUT, check=False,
+            )
+        if done.returncode != 0:
+            raise BuildError(f"{origin} patch {path.name} does not apply; see {log}")
+        applied.append(Patch(path.name, origin, sha256_file(path)))
+    return applied

@@ -1,0 +1,88 @@
+"""``invoke engine.*``: install, inspect and prove the Caffe engine."""
+
+from __future__ import annotations
+
+import json
+
+from invoke import Collection
+
+from caffetool.engine import install as engine_install
+from caffetool.engine import locate, smoke
+from caffetool.engine.recipe import BuildOptions
+from caffetool.tasks._common import pick, task
+
+
+@task(
+    iterable=["cmake_arg"],
+    help={
+        "prefix": "install prefix (default: engine.prefix, $CAFFE_ROOT, or the user data dir)",
+        "source": "folder or base URL holding the two pinned source tarballs (default: apt)",
+        "debian_mirror": "Debian archive URL for apt (default: the one this machine's apt uses)",
+        "cuda": "build with CUDA (needs nvcc and the CUDA libraries)",
+        "cudnn": "build with cuDNN (implies --cuda)",
+        "nccl": "build with NCCL for multi-GPU `-gpu all` (implies --cuda)",
+        "cuda_arch": "space-separated compute capabilities, e.g. '70 75 80 86 89 90'",
+        "cmake_arg": "extra CMake argument (repeatable), e.g. -DCUDA_TOOLKIT_ROOT_DIR=/opt/cuda",
+        "jobs": "parallel compile jobs (default: all cores)",
+        "force": "rebuild even if an install is present",
+    },
+)
+def install(c, prefix=None, source=None, debian_mirror=None, cuda=False, cudnn=False, nccl=False,
+            cuda_arch="", cmake_arg=None, jobs=0, force=False):
+    """Build BVLC Caffe from Debian's pinned source and install it (idempotent)."""
+    cuda = cuda or cudnn or nccl
+    options = BuildOptions(
+        cuda=cuda, cudnn=cudnn, nccl=nccl,
+        cuda_arch=tuple(cuda_arch.split()) if cuda else (),
+        extra_cmake=tuple(cmake_arg or ()),
+    )
+    result = engine_install.install(
+        prefix=pick(prefix, c.engine.prefix),
+        options=options,
+        source_location=pick(source, c.engine.source),
+        debian_mirror=pick(debian_mirror, c.engine.debian_mirror),
+        jobs=pick(jobs or None, c.engine.jobs),
+        force=force,
+    )
+    engine = result.engine
+    if result.cached:
+        print(f"Caffe {engine.version} already installed at {engine.prefix} "
+              f"(checked in {result.seconds:.1f} s)")
+    else:
+        t = engine.manifest["timings_s"]
+        print(f"Caffe {engine.version} installed at {engine.prefix} in {result.seconds:.0f} s "
+              f"(fetch {t['fetch']} s, configure {t['configure']} s, compile {t['compile']} s)")
+    print(f"pycaffe: {'imports' if engine.pycaffe else 'does not import: ' + str(engine.pycaffe_error)}")
+
+
+@task(help={"prefix": "engine prefix to inspect", "json": "print the full report as JSON"})
+def info(c, prefix=None, json_=False):
+    """Show where the engine is, how it was built and what works."""
+    engine = locate(pick(prefix, c.engine.prefix))
+    if json_:
+        print(json.dumps(engine.as_json(), indent=2))
+        return
+    m = engine.manifest
+    print(f"prefix      {engine.prefix}")
+    print(f"version     caffe {engine.version} ({m['source']['package']} {m['source']['version']})")
+    print(f"mode        {'CPU only' if engine.cpu_only else 'CUDA'}"
+          f"{', cuDNN' if m['options'].get('use_cudnn') else ''}{', NCCL' if m['options'].get('use_nccl') else ''}"
+          f", BLAS {m['options'].get('blas')}")
+    print(f"patches     {', '.join(p['name'] for p in m['patches'])}")
+    print(f"built       {m['built_at']} in {m['timings_s']['total']} s with {m['compiler']}")
+    for name, path in engine.tools.items():
+        print(f"tool        {name:28} {'ok' if path else 'missing'}")
+    print(f"pycaffe     {'imports' if engine.pycaffe else 'fails: ' + str(engine.pycaffe_error)}")
+    print(f"GPUs        {', '.join(engine.gpus) if engine.gpus else 'none visible'}")
+
+
+@task(help={"prefix": "engine prefix", "iterations": "training iterations"})
+def check(c, prefix=None, iterations=50):
+    """Prove the engine: a tiny real `caffe train` run whose loss must fall."""
+    engine = locate(pick(prefix, c.engine.prefix), probe=False)
+    result = smoke.tiny_training(engine, iterations=iterations)
+    print(f"caffe train: {result.iterations} iterations in {result.seconds:.2f} s, "
+          f"loss {result.first_loss:.4f} -> {result.last_loss:.4f}")
+
+
+ns = Collection("engine", install, info, check)
