@@ -44,6 +44,11 @@ def install(c, prefix=None, source=None, debian_mirror=None, cuda=False, cudnn=F
         jobs=pick(jobs or None, c.engine.jobs),
         force=force,
     )
+    report(result)
+
+
+def report(result: engine_install.InstallResult) -> None:
+    """One line on what install did (or found), one on pycaffe."""
     engine = result.engine
     if result.cached:
         print(f"Caffe {engine.version} already installed at {engine.prefix} "
