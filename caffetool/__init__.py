@@ -4,9 +4,4 @@ The package is the library; ``tasks.py`` at the project root only wires it to In
 Every failure a user can cause or fix is raised as a :class:`caffetool.errors.CaffetoolError`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("caffetool")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = "0.1.0"

@@ -39,4 +39,8 @@ def engine_prefix(explicit: str | os.PathLike[str] | None = None) -> Path:
 # functions above so that the library and the tasks agree without repeating paths.
 TASK_DEFAULTS: dict[str, dict[str, object]] = {
     "engine": {"prefix": None, "source": None, "debian_mirror": None, "jobs": None},
+    "data": {"dir": "data", "dataset": "fashion-mnist"},
 }
+
+# System packages the test suite uses beyond the engine's: the real Fashion-MNIST files.
+TEST_PACKAGES: tuple[str, ...] = ("dataset-fashion-mnist",)

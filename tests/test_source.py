@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from caffetool import config
-from caffetool.engine import apt, source
+from caffetool import apt
+from caffetool.engine import source
 from caffetool.engine.recipe import CAFFE_SOURCE
 from caffetool.errors import ChecksumMismatch, SourceError
 

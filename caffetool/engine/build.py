@@ -41,7 +41,8 @@ def configure(tree: Path, build: Path, options: BuildOptions, prefix: Path, log:
 
 def compile_and_stage(build: Path, jobs: int, destdir: Path, log: Path, progress: bool) -> None:
     """``make -jN`` with a progress bar, then ``make install DESTDIR=...`` into a staging root."""
-    bar = tqdm(total=100, unit="%", desc="building Caffe", disable=not progress, leave=False)
+    # disable=None: no bar unless stderr is a terminal (CI logs stay readable)
+    bar = tqdm(total=100, unit="%", desc="building Caffe", disable=None if progress else True, leave=False)
     try:
         _run(["make", f"-j{jobs}"], build, log, "compilation", on_line=lambda line: _advance(bar, line))
     finally:

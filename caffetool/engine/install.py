@@ -26,7 +26,8 @@ from pathlib import Path
 
 import caffetool
 from caffetool import config
-from caffetool.engine import apt, build, source
+from caffetool import apt
+from caffetool.engine import build, source
 from caffetool.engine.locate import MANIFEST, EngineInfo, locate
 from caffetool.engine.recipe import (
     BUILD_PACKAGES,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from caffetool.checksum import sha256_file, verify_sha256
-from caffetool.engine import apt
+from caffetool import apt
 from caffetool.engine.recipe import PATCH_DIR, PROJECT_PATCHES, SourcePackage
 from caffetool.errors import BuildError, ChecksumMismatch, SourceError
 

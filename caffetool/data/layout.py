@@ -1,0 +1,90 @@
+"""Where a fetched data set lives and what its manifest says.
+
+``<data dir>/<name>/`` holds ``train_<backend>/``, ``test_<backend>/``, ``labels.txt`` and
+``manifest.json`` (and, once made, ``mean.binaryproto`` and ``contact_sheet.png``). Verified raw
+IDX files are kept apart, in caffetool's cache, so rebuilding the databases never downloads again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from caffetool import config
+from caffetool.data import db
+from caffetool.data.registry import DatasetSpec
+from caffetool.errors import CaffetoolError, ConfigError
+
+MANIFEST = "manifest.json"
+LABELS = "labels.txt"
+
+
+class DatasetMissing(CaffetoolError, FileNotFoundError):
+    """A data set was asked for that has not been fetched."""
+
+
+def dataset_dir(spec: DatasetSpec, data_dir: str | Path | None) -> Path:
+    return Path(data_dir or "data").absolute() / spec.name
+
+
+def raw_dir(spec: DatasetSpec) -> Path:
+    return config.cache_home() / "datasets" / spec.name
+
+
+@dataclass
+class Dataset:
+    """A fetched data set as the rest of caffetool uses it."""
+
+    path: Path
+    manifest: dict
+
+    @property
+    def name(self) -> str:
+        return self.manifest["dataset"]
+
+    @property
+    def backend(self) -> str:
+        return self.manifest["backend"]
+
+    @property
+    def classes(self) -> list[str]:
+        return self.manifest["classes"]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.manifest["splits"]["train"]["shape"])
+
+    def db(self, split: str) -> Path:
+        return self.path / self.manifest["splits"][split]["db"]
+
+    def count(self, split: str) -> int:
+        return self.manifest["splits"][split]["count"]
+
+    @property
+    def labels_file(self) -> Path:
+        return self.path / LABELS
+
+
+def load(spec: DatasetSpec, data_dir: str | Path | None) -> Dataset:
+    """The fetched data set, checked: manifest readable, databases present with their counts."""
+    path = dataset_dir(spec, data_dir)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise DatasetMissing(
+            f"data set {spec.name} not found in {path.parent} — run `invoke data.fetch --dataset {spec.name}`"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path / MANIFEST} is unreadable ({e}); rerun "
+                          f"`invoke data.fetch --dataset {spec.name} --force`") from e
+    dataset = Dataset(path, manifest)
+    for split in ("train", "test"):
+        where = dataset.db(split)
+        if not where.is_dir():
+            raise ConfigError(f"{where} is missing; rerun `invoke data.fetch --dataset {spec.name} --force`")
+        found = db.count(where) if dataset.backend == "lmdb" else dataset.count(split)
+        if found != dataset.count(split):
+            raise ConfigError(f"{where} holds {found} records, its manifest says {dataset.count(split)}; "
+                              f"rerun `invoke data.fetch --dataset {spec.name} --force`")
+    return dataset
