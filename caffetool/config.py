@@ -40,6 +40,7 @@ def engine_prefix(explicit: str | os.PathLike[str] | None = None) -> Path:
 TASK_DEFAULTS: dict[str, dict[str, object]] = {
     "engine": {"prefix": None, "source": None, "debian_mirror": None, "jobs": None},
     "data": {"dir": "data", "dataset": "fashion-mnist"},
+    "model": {"dir": None},  # None: the project's models/
 }
 
 # System packages the test suite uses beyond the engine's: the real Fashion-MNIST files.

@@ -13,7 +13,7 @@ from caffetool import apt
 from caffetool.engine import install as engine_install
 from caffetool.engine import smoke
 from caffetool.quickstart import prepare_data
-from caffetool.tasks import data, engine
+from caffetool.tasks import data, engine, model
 from caffetool.tasks._common import pick, task
 
 
@@ -44,4 +44,5 @@ def quickstart(c):
 ns = Collection(test, quickstart)
 ns.add_collection(engine.ns)
 ns.add_collection(data.ns)
+ns.add_collection(model.ns)
 ns.configure(TASK_DEFAULTS)

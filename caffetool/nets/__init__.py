@@ -1,0 +1,1 @@
+"""Nets and solvers: model declarations (``models/``), net and solver builders, validation."""

@@ -1,0 +1,112 @@
+"""``model.generate``: the three prototxt files of a model for a data set, validated first.
+
+Inside the output (run) directory files refer to each other relatively — the solver's ``net`` is
+``train_val.prototxt`` and snapshots go to ``snapshots/<model>`` — so Caffe runs with that directory
+as its working directory, and the directory can be moved. Everything outside it (the databases) is
+referred to by absolute path. All files are built, round-tripped through ``text_format`` and
+accepted by Caffe (train, test and deploy nets) in a temporary sibling before any is written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from caffetool.data.layout import Dataset
+from caffetool.engine import EngineInfo, import_caffe
+from caffetool.errors import ConfigError
+from caffetool.nets import build, check, prototxt, solver
+from caffetool.nets.model import Model
+
+TRAIN_VAL, DEPLOY, SOLVER, SNAPSHOTS = "train_val.prototxt", "deploy.prototxt", "solver.prototxt", "snapshots"
+
+
+@dataclass
+class Generated:
+    out: Path
+    files: dict[str, Path]
+    report: dict
+
+
+def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Path,
+             options: solver.SolverOptions, batch: int | None = None, test_batch: int | None = None,
+             net_file: Path | None = None, force: bool = False) -> Generated:
+    """Write train_val/deploy/solver prototxt for ``model`` (or the user's ``net_file``)."""
+    if model is None and net_file is None:
+        raise ConfigError("give --model NAME or --net FILE")
+    caffe = import_caffe(engine)
+    pb = caffe.proto.caffe_pb2
+    default_batch = model.batch if model else (64, 100)
+    batch = default_batch[0] if batch is None else batch
+    test_batch = default_batch[1] if test_batch is None else test_batch
+    for flag, value in (("--batch-size", batch), ("--test-batch-size", test_batch)):
+        if int(value) < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    texts: dict[str, str] = {}
+    if model is not None:
+        shape = _shape(model, dataset)
+        source = build.DataSource(str(dataset.db("train")), str(dataset.db("test")), dataset.backend)
+        texts[TRAIN_VAL] = prototxt.round_trip(
+            build.train_val(caffe, model, shape, source, batch, test_batch), TRAIN_VAL)
+        texts[DEPLOY] = prototxt.round_trip(build.deploy(caffe, model, shape), DEPLOY)
+        prefix = f"{SNAPSHOTS}/{model.name}"
+    else:
+        net = prototxt.read(net_file, pb.NetParameter())
+        _check_sources(net, net_file)
+        test_batch = _test_batch(net) or test_batch
+        texts[TRAIN_VAL] = prototxt.round_trip(net, str(net_file))
+        prefix = f"{SNAPSHOTS}/{net_file.stem}"
+    params = solver.build(caffe, options, TRAIN_VAL, prefix, dataset.count("test"), test_batch)
+    texts[SOLVER] = prototxt.round_trip(params, SOLVER)
+    return _write_validated(engine, texts, out, force)
+
+
+def _shape(model: Model, dataset: Dataset) -> build.Shape:
+    channels, height, width = dataset.shape
+    if height != width:
+        raise ConfigError(f"data set {dataset.name} has {height}x{width} images; the models take square input")
+    if model.crop and height < model.size:
+        raise ConfigError(
+            f"data set {dataset.name} has {height}x{width} images, smaller than {model.name}'s "
+            f"{model.size}x{model.size} crop; use --model lenet, or a data set of at least that size")
+    return build.Shape(channels, model.size if model.crop else height, len(dataset.classes))
+
+
+def _check_sources(net, net_file: Path) -> None:
+    for layer in net.layer:
+        if layer.type == "Data":
+            where = Path(layer.data_param.source)
+            if not where.is_absolute():
+                raise ConfigError(f"{net_file}: layer {layer.name!r} reads {where}, a relative path; "
+                                  "give the database's absolute path")
+            if not where.exists():
+                raise ConfigError(f"{net_file}: layer {layer.name!r} reads {where}, which does not exist")
+
+
+def _test_batch(net) -> int | None:
+    for layer in net.layer:
+        if layer.type == "Data" and any(rule.phase == 1 for rule in layer.include):
+            return layer.data_param.batch_size
+    return None
+
+
+def _write_validated(engine: EngineInfo, texts: dict[str, str], out: Path, force: bool) -> Generated:
+    existing = [name for name in texts if (out / name).exists()]
+    if existing and not force:
+        raise ConfigError(f"{out} already has {', '.join(existing)}; use --force to replace them or another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        for name, text in texts.items():
+            (tmp / name).write_text(text)
+        (tmp / SNAPSHOTS).mkdir()
+        report = check.validate(engine, tmp, SOLVER, [DEPLOY] if DEPLOY in texts else [])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / SNAPSHOTS).mkdir(exist_ok=True)
+        for name, text in texts.items():
+            prototxt.write_atomic(out / name, text)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Generated(out, {name: out / name for name in texts}, report)

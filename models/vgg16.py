@@ -1,0 +1,42 @@
+"""VGG-16 (configuration D of Simonyan & Zisserman): 13 3x3 convolutions in 5 blocks, 3 FC layers."""
+
+from _imagenet import LR, MEAN, fc_relu_drop
+
+from caffetool.nets.model import Model
+
+BLOCKS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
+
+
+def build(n, L, P, data, label, num_classes, train):
+    bottom = data
+    for b, (width, convs) in enumerate(BLOCKS, start=1):
+        for c in range(1, convs + 1):
+            name = f"conv{b}_{c}"
+            n[name] = L.Convolution(bottom, num_output=width, kernel_size=3, pad=1, param=LR,
+                                    weight_filler=dict(type="xavier"), bias_filler=dict(type="constant"))
+            n[f"relu{b}_{c}"] = L.ReLU(n[name], in_place=True)
+            bottom = n[name]
+        n[f"pool{b}"] = L.Pooling(bottom, pool=P.Pooling.MAX, kernel_size=2, stride=2)
+        bottom = n[f"pool{b}"]
+    fc6 = fc_relu_drop(n, L, 6, bottom, 4096, train)
+    fc7 = fc_relu_drop(n, L, 7, fc6, 4096, train)
+    n.fc8 = L.InnerProduct(fc7, num_output=num_classes, param=LR,
+                           weight_filler=dict(type="gaussian", std=0.01),
+                           bias_filler=dict(type="constant", value=0))
+    return n.fc8
+
+
+MODEL = Model(
+    name="vgg16",
+    title="VGG-16",
+    net_name="VGG16",
+    channels=3,
+    size=224,
+    build=build,
+    batch=(64, 50),
+    train_transform=dict(mirror=True),
+    mean_value=MEAN,
+    crop=True,
+    top_k=(1, 5),
+    num_classes=1000,
+)
