@@ -24,3 +24,22 @@ def fc_relu_drop(n, L, index, bottom, num_output, train, std=0.005, bias=0.1):
     n[f"relu{index}"] = L.ReLU(n[name], in_place=True)
     n[f"drop{index}"] = L.Dropout(n[name], dropout_ratio=0.5, in_place=True)
     return n[name]
+
+
+def classifier(n, L, bottom, num_classes, train):
+    """fc6 and fc7 (4096 each, ReLU, dropout 0.5) and fc8 with the class scores."""
+    fc6 = fc_relu_drop(n, L, 6, bottom, 4096, train)
+    fc7 = fc_relu_drop(n, L, 7, fc6, 4096, train)
+    n.fc8 = L.InnerProduct(fc7, num_output=num_classes, param=LR,
+                           weight_filler=dict(type="gaussian", std=0.01),
+                           bias_filler=dict(type="constant", value=0))
+    return n.fc8
+
+
+def alexnet_convs_3_to_5(n, L, P, bottom):
+    """conv3 (384), grouped conv4 (384) and conv5 (256), all 3x3, then pool5."""
+    conv_relu(n, L, "conv3", bottom, 384, 3, pad=1)
+    conv_relu(n, L, "conv4", n.conv3, 384, 3, pad=1, group=2, bias=0.1)
+    conv_relu(n, L, "conv5", n.conv4, 256, 3, pad=1, group=2, bias=0.1)
+    n.pool5 = L.Pooling(n.conv5, pool=P.Pooling.MAX, kernel_size=3, stride=2)
+    return n.pool5

@@ -1,6 +1,6 @@
 """CaffeNet (BVLC reference): AlexNet with pooling before normalisation, 227x227 crops."""
 
-from _imagenet import LR, MEAN, conv_relu, fc_relu_drop
+from _imagenet import MEAN, alexnet_convs_3_to_5, classifier, conv_relu
 
 from caffetool.nets.model import Model
 
@@ -12,16 +12,7 @@ def build(n, L, P, data, label, num_classes, train):
     conv_relu(n, L, "conv2", n.norm1, 256, 5, pad=2, group=2, bias=0.1)
     n.pool2 = L.Pooling(n.conv2, pool=P.Pooling.MAX, kernel_size=3, stride=2)
     n.norm2 = L.LRN(n.pool2, local_size=5, alpha=0.0001, beta=0.75)
-    conv_relu(n, L, "conv3", n.norm2, 384, 3, pad=1)
-    conv_relu(n, L, "conv4", n.conv3, 384, 3, pad=1, group=2, bias=0.1)
-    conv_relu(n, L, "conv5", n.conv4, 256, 3, pad=1, group=2, bias=0.1)
-    n.pool5 = L.Pooling(n.conv5, pool=P.Pooling.MAX, kernel_size=3, stride=2)
-    fc6 = fc_relu_drop(n, L, 6, n.pool5, 4096, train)
-    fc7 = fc_relu_drop(n, L, 7, fc6, 4096, train)
-    n.fc8 = L.InnerProduct(fc7, num_output=num_classes, param=LR,
-                           weight_filler=dict(type="gaussian", std=0.01),
-                           bias_filler=dict(type="constant", value=0))
-    return n.fc8
+    return classifier(n, L, alexnet_convs_3_to_5(n, L, P, n.norm2), num_classes, train)
 
 
 MODEL = Model(

@@ -1,6 +1,6 @@
 """VGG-16 (configuration D of Simonyan & Zisserman): 13 3x3 convolutions in 5 blocks, 3 FC layers."""
 
-from _imagenet import LR, MEAN, fc_relu_drop
+from _imagenet import LR, MEAN, classifier
 
 from caffetool.nets.model import Model
 
@@ -18,12 +18,7 @@ def build(n, L, P, data, label, num_classes, train):
             bottom = n[name]
         n[f"pool{b}"] = L.Pooling(bottom, pool=P.Pooling.MAX, kernel_size=2, stride=2)
         bottom = n[f"pool{b}"]
-    fc6 = fc_relu_drop(n, L, 6, bottom, 4096, train)
-    fc7 = fc_relu_drop(n, L, 7, fc6, 4096, train)
-    n.fc8 = L.InnerProduct(fc7, num_output=num_classes, param=LR,
-                           weight_filler=dict(type="gaussian", std=0.01),
-                           bias_filler=dict(type="constant", value=0))
-    return n.fc8
+    return classifier(n, L, bottom, num_classes, train)
 
 
 MODEL = Model(
