@@ -41,6 +41,7 @@ TASK_DEFAULTS: dict[str, dict[str, object]] = {
     "engine": {"prefix": None, "source": None, "debian_mirror": None, "jobs": None},
     "data": {"dir": "data", "dataset": "fashion-mnist"},
     "model": {"dir": None},  # None: the project's models/
+    "runs": {"dir": "runs"},
 }
 
 # System packages the test suite uses beyond the engine's: the real Fashion-MNIST files.

@@ -32,8 +32,12 @@ class Generated:
 
 def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Path,
              options: solver.SolverOptions, batch: int | None = None, test_batch: int | None = None,
-             net_file: Path | None = None, force: bool = False) -> Generated:
-    """Write train_val/deploy/solver prototxt for ``model`` (or the user's ``net_file``)."""
+             net_file: Path | None = None, force: bool = False, validate: bool = True) -> Generated:
+    """Write train_val/deploy/solver prototxt for ``model`` (or the user's ``net_file``).
+
+    ``validate=False`` skips the child-process check, for callers that start Caffe on the files at
+    once and treat a refusal before its first iteration as the validation failure (``train``).
+    """
     if model is None and net_file is None:
         raise ConfigError("give --model NAME or --net FILE")
     caffe = import_caffe(engine)
@@ -60,7 +64,7 @@ def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Pat
         prefix = f"{SNAPSHOTS}/{net_file.stem}"
     params = solver.build(caffe, options, TRAIN_VAL, prefix, dataset.count("test"), test_batch)
     texts[SOLVER] = prototxt.round_trip(params, SOLVER)
-    return _write_validated(engine, texts, out, force)
+    return _write_validated(engine, texts, out, force, validate)
 
 
 def _shape(model: Model, dataset: Dataset) -> build.Shape:
@@ -92,7 +96,8 @@ def _test_batch(net) -> int | None:
     return None
 
 
-def _write_validated(engine: EngineInfo, texts: dict[str, str], out: Path, force: bool) -> Generated:
+def _write_validated(engine: EngineInfo, texts: dict[str, str], out: Path, force: bool,
+                     validate: bool = True) -> Generated:
     existing = [name for name in texts if (out / name).exists()]
     if existing and not force:
         raise ConfigError(f"{out} already has {', '.join(existing)}; use --force to replace them or another --out")
@@ -102,7 +107,7 @@ def _write_validated(engine: EngineInfo, texts: dict[str, str], out: Path, force
         for name, text in texts.items():
             (tmp / name).write_text(text)
         (tmp / SNAPSHOTS).mkdir()
-        report = check.validate(engine, tmp, SOLVER, [DEPLOY] if DEPLOY in texts else [])
+        report = check.validate(engine, tmp, SOLVER, [DEPLOY] if DEPLOY in texts else []) if validate else {}
         out.mkdir(parents=True, exist_ok=True)
         (out / SNAPSHOTS).mkdir(exist_ok=True)
         for name, text in texts.items():

@@ -8,7 +8,7 @@ from invoke import Collection
 
 from caffetool.data import convert as idx_convert
 from caffetool.data import fetch as data_fetch
-from caffetool.data import layout, mean, registry, sheet
+from caffetool.data import layout, mean, registry
 from caffetool.engine import locate
 from caffetool.tasks._common import pick, task
 
@@ -51,6 +51,8 @@ def info(c, dataset=None, data_dir=None, per_class=12):
     print(f"  {'total':<{width + 4}} {ds.count('train'):>7} {ds.count('test'):>7}")
     for role, f in m["files"].items():
         print(f"  {f['name']:<28} sha256 {f['sha256']}  from {f['source']}")
+    from caffetool.data import sheet  # noqa: PLC0415 - OpenCV only when drawing
+
     out = sheet.contact_sheet(ds.db("train"), ds.classes, ds.path / "contact_sheet.png", per_class)
     print(f"contact sheet: {out}")
 

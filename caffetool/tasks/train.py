@@ -1,0 +1,160 @@
+"""``invoke train`` and ``train.*``: run, resume, test, time, parse and compare trainings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+from pathlib import Path
+
+from invoke import Collection, Exit
+
+from caffetool.engine import import_caffe, locate
+from caffetool.engine.locate import visible_gpus
+from caffetool.nets import build, model as models, prototxt
+from caffetool.train import devices, metrics_io, rundir, session, tools
+from caffetool.train.logparse import parse_file
+from caffetool.tasks._common import pick, task
+from caffetool.tasks.model import SOLVER_HELP, solver_options
+
+
+@task(default=True, iterable=["stepvalue"], help={
+    "model": "model name (invoke model.list)", "dataset": "data set; fetched if missing",
+    "gpu": "auto, cpu, all, or GPU ids like 0,1", "name": "run name (default: a timestamp)",
+    "weights": ".caffemodel to start from (fine-tuning)", "batch_size": "training batch size",
+    "test_batch_size": "test batch size", "data_dir": "where data sets are", "runs_dir": "where runs go",
+    **{k: v for k, v in SOLVER_HELP.items() if k != "mode"},
+})
+def run(c, model="lenet", dataset=None, gpu="auto", name=None, weights=None, batch_size=None,
+        test_batch_size=None, solver="SGD", base_lr=None, lr_policy=None, gamma=None, power=None,
+        stepsize=None, stepvalue=None, momentum=None, momentum2=None, delta=None, rms_decay=None,
+        weight_decay=None, max_iter=None, iter_size=1, random_seed=None, test_iter=None,
+        test_interval=None, snapshot=None, display=None, data_dir=None, runs_dir=None):
+    """Train with the real `caffe train`: live progress, full run record, curves."""
+    options = solver_options(solver, base_lr, lr_policy, gamma, power, stepsize, stepvalue, momentum,
+                             momentum2, delta, rms_decay, weight_decay, max_iter, iter_size, random_seed,
+                             test_iter, test_interval, snapshot, display, "cpu")
+    request = session.TrainRequest(
+        model=model, dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
+        weights=weights, batch=None if batch_size is None else int(batch_size),
+        test_batch=None if test_batch_size is None else int(test_batch_size),
+        data_dir=pick(data_dir, c.data.dir), runs_dir=pick(runs_dir, c.runs.dir), models_dir=c.model.dir)
+    result = session.train(locate_with_gpus(c.engine.prefix), request)
+    finish(result)
+
+
+def locate_with_gpus(prefix):
+    """The engine and its visible GPUs, without the pycaffe import probe (half a second saved)."""
+    engine = locate(prefix, probe=False)
+    engine.gpus = visible_gpus()
+    return engine
+
+
+def finish(result: session.TrainResult) -> None:
+    """Print the run's one-screen summary; a run that did not finish exits non-zero."""
+    m, out = result.manifest, result.outcome
+    t = m["timings_s"]
+    test = m.get("final", {}).get("test0", {})
+    print(f"run:        {result.run_dir}")
+    print(f"status:     {out.status} — {out.message}" if out.status != "finished" else "status:     finished")
+    print(f"iterations: {m.get('iterations')}  wall {t.get('total', 0):.1f} s "
+          f"(setup {t.get('setup', 0):.1f}, training {t.get('training', 0):.1f}, testing {t.get('testing', 0):.1f})")
+    if test:
+        print("final test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items() if k != "NumIters"))
+    weights = sorted((result.run_dir / "snapshots").glob("*.caffemodel"), key=session._iteration_of)
+    if weights:
+        print(f"model:      {weights[-1]} (deploy: {result.run_dir / 'deploy.prototxt'}, "
+              f"labels: {result.run_dir / 'labels.txt'})")
+    print(f"curves:     {result.run_dir / 'plots'}")
+    if out.status != "finished":
+        raise Exit(code=1 if out.status != "interrupted" else 130)
+
+
+@task(help={"run": "run name or directory", "max_iter": "train up to this iteration instead",
+            "runs_dir": "where runs are"})
+def resume(c, run, max_iter=None, runs_dir=None):
+    """Continue a run from its newest .solverstate snapshot."""
+    run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
+    result = session.resume(locate_with_gpus(c.engine.prefix), run_dir, None if max_iter is None else int(max_iter))
+    finish(result)
+
+
+@task(name="test", help={"run": "run name or directory", "weights": ".caffemodel (default: the newest)",
+                         "iterations": "test batches (default: the solver's test_iter)", "runs_dir": "where runs are"})
+def test_(c, run, weights=None, iterations=None, runs_dir=None):
+    """Run `caffe test` on a run's final (or given) weights and record accuracy and loss."""
+    engine = locate_with_gpus(c.engine.prefix)
+    run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
+    manifest = rundir.read_manifest(run_dir)
+    if weights is None:
+        found = sorted((run_dir / "snapshots").glob("*.caffemodel"), key=session._iteration_of)
+        if not found:
+            raise Exit(f"Error: {run_dir} has no .caffemodel yet; give --weights FILE", code=1)
+        weights = found[-1]
+    caffe = import_caffe(engine)
+    solver = prototxt.read(run_dir / "solver.prototxt", caffe.proto.caffe_pb2.SolverParameter())
+    n = int(iterations or solver.test_iter[0])
+    chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
+    result = tools.caffe_test(engine, run_dir, Path(weights).absolute(), n, chosen.flag)
+    manifest.setdefault("tests", []).append({"at": dt.datetime.now().isoformat(timespec="seconds"),
+                                             "weights": str(weights), "batches": n, "outputs": result.outputs})
+    rundir.write_manifest(run_dir, manifest)
+    print(f"caffe test on {Path(weights).name}, {n} batches: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in result.outputs.items()))
+
+
+@task(name="time", help={"model": "model name", "batch_size": "batch size", "gpu": "cpu, all or ids",
+                         "iterations": "timed forward-backward passes", "top": "layers to show"})
+def time_(c, model="lenet", batch_size=None, gpu="cpu", iterations=10, top=15):
+    """`caffe time` on a model: per-layer forward/backward times, costliest first."""
+    engine = locate_with_gpus(c.engine.prefix)
+    caffe = import_caffe(engine)
+    m = models.get(model, c.model.dir)
+    net = build.deploy(caffe, m, build.shape_of(m), batch=int(batch_size or m.batch[0]))
+    net.force_backward = True  # time the backward pass although a deploy net has no loss
+    chosen = devices.choose(engine, gpu)
+    with tempfile.TemporaryDirectory(prefix="caffetool-time-") as tmp:
+        path = Path(tmp) / f"{m.name}.prototxt"
+        path.write_text(prototxt.to_text(net))
+        layers, averages = tools.caffe_time(engine, path, int(iterations), chosen.flag)
+    total = sum(t.total_ms for t in layers) or 1.0
+    print(f"{m.name}, batch {batch_size or m.batch[0]}, {chosen.label}, {iterations} iterations: "
+          f"forward {averages.get('forward', 0):.2f} ms, backward {averages.get('backward', 0):.2f} ms")
+    print(f"{'layer':<28} {'forward ms':>11} {'backward ms':>12} {'share':>7}")
+    for t in layers[: int(top)]:
+        print(f"{t.layer:<28} {t.forward_ms:>11.3f} {t.backward_ms:>12.3f} {t.total_ms / total:>6.1%}")
+
+
+@task(help={"log": "any Caffe training log", "out": "folder for metrics.csv/json (default: beside the log)"})
+def parse(c, log, out=None):
+    """Parse any Caffe log into metrics.csv and metrics.json."""
+    metrics = parse_file(Path(log))
+    folder = Path(out) if out else Path(log).absolute().parent
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = Path(log).stem
+    csv_path = metrics_io.write_csv(metrics, folder / f"{stem}.metrics.csv")
+    json_path = metrics_io.write_json(metrics, folder / f"{stem}.metrics.json")
+    tests = ", ".join(f"net #{k}: {len(v)} tests" for k, v in sorted(metrics.test.items())) or "no tests"
+    print(f"{metrics.net_name or 'net'}: {len(metrics.train)} train rows, {tests}; "
+          f"{'finished' if metrics.done else 'not finished'} -> {csv_path}, {json_path}")
+
+
+@task(name="report", help={
+    "runs": "run names or directories, separated by commas (the first is the baseline)",
+    "out": "folder for the Markdown and PNG (default: runs/reports)", "runs_dir": "where runs are"})
+def report_(c, runs, out=None, runs_dir=None):
+    """Compare runs side by side: devices, iterations, wall time, iter/s, accuracy, speed-up."""
+    from caffetool.train import report as reports  # noqa: PLC0415 - matplotlib only when reporting
+
+    runs_root = Path(pick(runs_dir, c.runs.dir))
+    names = [r for r in runs.replace(",", " ").split() if r]
+    manifests = [rundir.read_manifest(rundir.find(runs_root, r)) for r in names]
+    if not manifests:
+        raise Exit("Error: name at least one run: invoke train.report RUN[,RUN...]", code=1)
+    cells = reports.table(manifests)
+    print(reports.text(cells))
+    stem = "report-" + "-vs-".join(m["name"] for m in manifests)[:120]
+    md, png = reports.write(cells, Path(out) if out else runs_root / "reports", stem)
+    print(f"written: {md}, {png}")
+
+
+ns = Collection("train", run, resume, test_, time_, parse, report_)

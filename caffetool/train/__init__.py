@@ -1,0 +1,1 @@
+"""Training with the real ``caffe`` binary: run directories, the runner, log parsing, plots, reports."""

@@ -1,0 +1,205 @@
+"""Parsing Caffe's glog output, live (line by line) or after the fact, from any Caffe log.
+
+Rows are keyed as Caffe's ``tools/extra/parse_log.py`` keys them (``NumIters``, ``Seconds``,
+``LearningRate``, then each net output by name), train rows apart from each test net's rows.
+``Seconds`` count from the ``Solving`` line; a resumed run (a second ``Solving``) continues the
+count instead of restarting it. glog's prefix carries the date as ``MMDD`` (older glog) or
+``YYYYMMDD``; without a year, a month that goes backwards means the year rolled over. Lines that
+do not parse are skipped: a truncated or garbled log gives the rows that are whole.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+PREFIX = re.compile(r"^([IWEF])(\d{8}|\d{4}) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ ([^\]\s]+)\] ?(.*)$")
+SOLVING = re.compile(r"^Solving (.*)$")
+ITERATION = re.compile(r"^Iteration (\d+)(?: \(([-+.\deE]+|inf|nan) iter/s, [^)]*\))?, loss = (\S+)$")
+LEARNING_RATE = re.compile(r"^Iteration (\d+), lr = (\S+)$")
+TESTING = re.compile(r"^Iteration (\d+), Testing net \(#(\d+)\)$")
+OUTPUT = re.compile(r"^\s*(Train|Test) net output #(\d+): (\S+) = (\S+)")
+SNAPSHOT = re.compile(r"^Snapshotting (?:solver state )?to binary proto file (\S+)$")
+RESUMING = re.compile(r"^Resuming from (\S+)$")
+DONE = "Optimization Done."
+EVENTS = (SOLVING, ITERATION, LEARNING_RATE, TESTING, OUTPUT, SNAPSHOT, RESUMING)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Metrics:
+    net_name: str | None = None
+    train: list[dict] = field(default_factory=list)
+    test: dict[int, list[dict]] = field(default_factory=dict)
+    started: dt.datetime | None = None
+    last_time: dt.datetime | None = None
+    done: bool = False
+    fatal: str | None = None
+    snapshots: list[str] = field(default_factory=list)
+    resumed_from: list[str] = field(default_factory=list)
+    diverged_at: int | None = None  # first iteration whose loss was NaN or infinite
+    last_good: int | None = None  # last iteration with a finite loss
+    iter_per_s: float | None = None
+    testing_seconds: float = 0.0
+
+    @property
+    def iteration(self) -> int:
+        """The furthest iteration the log shows: display lines, tests or snapshots."""
+        seen = [r["NumIters"] for r in self.train[-1:]]
+        seen += [rows[-1]["NumIters"] for rows in self.test.values() if rows]
+        seen += [int(s.rsplit("_iter_", 1)[1].split(".")[0]) for s in self.snapshots if "_iter_" in s]
+        return max(seen, default=0)
+
+    def latest(self, key: str, net: int = 0) -> float | None:
+        rows = self.train if net < 0 else self.test.get(net, [])
+        for row in reversed(rows):
+            if key in row:
+                return row[key]
+        return None
+
+
+class LogParser:
+    """Feed glog lines one at a time; ``metrics`` is always up to date."""
+
+    def __init__(self, year: int | None = None) -> None:
+        self.metrics = Metrics()
+        self.year = year or dt.date.today().year
+        self._month = 0
+        self._session_start: dt.datetime | None = None
+        self._offset = 0.0
+        self._last_seconds = 0.0
+        self._lr: float | None = None
+        self._pending: dict | None = None
+        self._test_row: dict | None = None
+        self._test_started: float | None = None
+        self._test_last: float | None = None
+
+    def feed_all(self, lines: Iterable[str]) -> Metrics:
+        for line in lines:
+            self.feed(line)
+        self._flush()
+        return self.metrics
+
+    def feed(self, line: str) -> None:
+        match = PREFIX.match(line.rstrip("\n"))
+        if not match:
+            return
+        level, date, hh, mm, ss, frac, _where, message = match.groups()
+        when = self._time(date, int(hh), int(mm), int(ss), frac)
+        if when is None:
+            return
+        m = self.metrics
+        m.last_time = when
+        if level == "F":
+            m.fatal = m.fatal or message
+            return
+        if solving := SOLVING.match(message):
+            self._flush()
+            if self._session_start is not None:
+                self._offset = self._last_seconds  # a resumed run continues the count, gap excluded
+            self._session_start = when
+            m.started = m.started or when
+            m.net_name = m.net_name or solving.group(1)
+            return
+        if self._session_start is None:
+            return
+        self._last_seconds = self._seconds(when)
+        self._dispatch(message, self._last_seconds)
+
+    def _dispatch(self, message: str, seconds: float) -> None:
+        m = self.metrics
+        if (out := OUTPUT.match(message)) and out.group(1) == "Test":
+            value = _number(out.group(4))
+            if self._test_row is not None and value is not None:
+                self._test_row[out.group(3)] = value
+                self._test_last = seconds
+            return
+        if any(p.match(message) for p in EVENTS) or message.strip() == DONE:
+            self._close_test()  # a test ends with the solver's next event (not a prefetch thread's line)
+        if it := ITERATION.match(message):
+            self._flush()
+            loss = _number(it.group(3))
+            if loss is None:
+                return
+            self._pending = {"NumIters": int(it.group(1)), "Seconds": seconds, "LearningRate": self._lr,
+                             "smoothed_loss": loss}
+            if it.group(2):
+                m.iter_per_s = _number(it.group(2))
+            self._check_finite(int(it.group(1)), loss)
+        elif lr := LEARNING_RATE.match(message):
+            self._lr = _number(lr.group(2))
+            if self._pending is not None and self._pending["NumIters"] == int(lr.group(1)):
+                self._pending["LearningRate"] = self._lr
+                self._flush()
+        elif testing := TESTING.match(message):
+            self._flush()
+            self._test_row = {"NumIters": int(testing.group(1)), "Seconds": seconds,
+                              "LearningRate": self._lr, "_net": int(testing.group(2))}
+            self._test_started = self._test_last = seconds
+        elif out:  # a train net output
+            value = _number(out.group(4))
+            if value is not None and self._pending is not None:
+                self._pending[out.group(3)] = value
+                self._check_finite(self._pending["NumIters"], value)
+        elif snap := SNAPSHOT.match(message):
+            m.snapshots.append(snap.group(1))
+        elif resumed := RESUMING.match(message):
+            m.resumed_from.append(resumed.group(1))
+        elif message.strip() == DONE:
+            self._flush()
+            m.done = True
+
+    def _close_test(self) -> None:
+        if self._test_row is None:
+            return
+        row = self._test_row
+        net = row.pop("_net")
+        self.metrics.test.setdefault(net, []).append(row)
+        self.metrics.testing_seconds += max(0.0, (self._test_last or 0.0) - (self._test_started or 0.0))
+        self._test_row = None
+
+    def _check_finite(self, iteration: int, value: float) -> None:
+        m = self.metrics
+        if not math.isfinite(value):
+            if m.diverged_at is None:
+                m.diverged_at = iteration
+        elif m.diverged_at is None:
+            m.last_good = iteration
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            self.metrics.train.append(self._pending)
+            self._pending = None
+        self._close_test()
+
+    def _seconds(self, when: dt.datetime) -> float:
+        assert self._session_start is not None
+        return round(self._offset + (when - self._session_start).total_seconds(), 6)
+
+    def _time(self, date: str, hh: int, mm: int, ss: int, frac: str) -> dt.datetime | None:
+        if len(date) == 8:
+            year, month, day = int(date[:4]), int(date[4:6]), int(date[6:])
+        else:
+            month, day = int(date[:2]), int(date[2:])
+            if month < self._month:
+                self.year += 1  # December → January: the year rolled over
+            year = self.year
+        self._month = month
+        try:
+            return dt.datetime(year, month, day, hh, mm, ss, int(frac[:6].ljust(6, "0")))
+        except ValueError:
+            return None
+
+
+def parse_file(path, year: int | None = None) -> Metrics:
+    with open(path, errors="replace") as f:
+        return LogParser(year).feed_all(f)

@@ -1,0 +1,121 @@
+"""The log parser against a real Caffe log with two test nets, and against broken logs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from caffetool.engine.locate import caffe_env
+from caffetool.train.logparse import LogParser, parse_file
+
+DUMMY_NET = """name: "{name}"
+layer {{ name: "data" type: "DummyData" top: "data" top: "label"
+  dummy_data_param {{ shape {{ dim: 8 dim: 6 }} shape {{ dim: 8 }}
+    data_filler {{ type: "gaussian" }} data_filler {{ type: "constant" value: 1 }} }} }}
+layer {{ name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+  inner_product_param {{ num_output: 3 weight_filler {{ type: "xavier" }} }} }}
+layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }}
+layer {{ name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy" }}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_test_nets_log(tmp_path_factory, engine):
+    """A real `caffe train` log whose solver has two test nets (#0 and #1)."""
+    folder = tmp_path_factory.mktemp("twotest")
+    for name in ("train", "t1", "t2"):
+        (folder / f"{name}.prototxt").write_text(DUMMY_NET.format(name=name))
+    (folder / "solver.prototxt").write_text(
+        'train_net: "train.prototxt"\ntest_net: "t1.prototxt"\ntest_net: "t2.prototxt"\n'
+        "test_iter: 2\ntest_iter: 3\ntest_interval: 20\nbase_lr: 0.1\nlr_policy: \"step\"\n"
+        "gamma: 0.5\nstepsize: 10\ndisplay: 10\nmax_iter: 40\nsnapshot_after_train: false\n")
+    done = subprocess.run([str(engine.caffe), "train", "-solver=solver.prototxt"], cwd=folder,
+                          capture_output=True, text=True, env=caffe_env())
+    assert done.returncode == 0, done.stderr[-1000:]
+    log = folder / "caffe.log"
+    log.write_text(done.stderr)
+    return log
+
+
+def test_two_test_nets_are_kept_apart(two_test_nets_log):
+    m = parse_file(two_test_nets_log)
+    assert m.net_name == "train" and m.done
+    assert sorted(m.test) == [0, 1]
+    for net in (0, 1):
+        assert [r["NumIters"] for r in m.test[net]] == [0, 20, 40]
+        assert all({"accuracy", "loss"} <= set(r) for r in m.test[net])
+    assert [r["NumIters"] for r in m.train] == [0, 10, 20, 30, 40]
+    # step policy: lr 0.1 halves every 10 iterations
+    assert [r["LearningRate"] for r in m.train[:4]] == pytest.approx([0.1, 0.05, 0.025, 0.0125])
+    seconds = [r["Seconds"] for r in m.train]
+    assert seconds == sorted(seconds) and seconds[0] >= 0
+
+
+def test_rows_match_the_log_lines(two_test_nets_log):
+    text = two_test_nets_log.read_text()
+    m = parse_file(two_test_nets_log)
+    losses = [float(x) for x in re.findall(r"Train net output #\d+: loss = (\S+)", text)]
+    assert len(losses) == 4  # the final "Iteration 40, loss" line has no net outputs
+    assert [r["loss"] for r in m.train if "loss" in r] == losses
+
+
+def test_truncated_log_gives_the_whole_rows(two_test_nets_log, tmp_path):
+    text = two_test_nets_log.read_text()
+    cut = text.index("Iteration 30") + 5
+    (tmp_path / "cut.log").write_text(text[:cut])
+    m = parse_file(tmp_path / "cut.log")
+    assert not m.done
+    assert [r["NumIters"] for r in m.train] == [0, 10, 20]
+    assert [r["NumIters"] for r in m.test[1]] == [0, 20]
+
+
+def test_garbled_lines_are_skipped(two_test_nets_log, tmp_path):
+    lines = two_test_nets_log.read_text().splitlines()
+    noisy = []
+    for i, line in enumerate(lines):
+        noisy.append(line)
+        if i % 7 == 0:
+            noisy += ["\x00\xff garbage", "I1122 99:99:99.0 1 x.cpp:1] Iteration 5, loss = 1",
+                      "I1122 10:00:00.000000 1 solver.cpp:1] Iteration 12, loss = not-a-number"]
+    (tmp_path / "noisy.log").write_text("\n".join(noisy), errors="surrogateescape")
+    clean, dirty = parse_file(two_test_nets_log), parse_file(tmp_path / "noisy.log")
+    assert [r["NumIters"] for r in dirty.train] == [r["NumIters"] for r in clean.train]
+    assert {k: [r["NumIters"] for r in v] for k, v in dirty.test.items()} == \
+        {k: [r["NumIters"] for r in v] for k, v in clean.test.items()}
+
+
+def feed(lines: list[str], year: int = 2025) -> LogParser:
+    parser = LogParser(year)
+    parser.feed_all(lines)
+    return parser
+
+
+def test_midnight_and_new_year_without_a_year_in_the_prefix():
+    m = feed(["I1231 23:59:59.500000  7 solver.cpp:1] Solving X",
+              "I1231 23:59:59.900000  7 solver.cpp:1] Iteration 0, loss = 2",
+              "I0101 00:00:01.000000  7 solver.cpp:1] Iteration 10, loss = 1"]).metrics
+    assert [r["Seconds"] for r in m.train] == [0.4, 1.5]
+    assert m.last_time.year == 2026
+
+
+def test_midnight_with_the_year_in_the_prefix():
+    m = feed(["I20261231 23:59:58.000000 7 solver.cpp:1] Solving X",
+              "I20270101 00:00:02.250000 7 solver.cpp:1] Iteration 0, loss = 2"]).metrics
+    assert m.train[0]["Seconds"] == 4.25
+
+
+def test_a_resumed_run_continues_the_seconds():
+    m = feed(["I20260101 10:00:00.000000 7 s.cpp:1] Solving X",
+              "I20260101 10:00:10.000000 7 s.cpp:1] Iteration 100, loss = 1",
+              "I20260101 12:00:00.000000 7 s.cpp:1] Solving X",
+              "I20260101 12:00:05.000000 7 s.cpp:1] Iteration 200, loss = 0.5"]).metrics
+    assert [r["Seconds"] for r in m.train] == [10.0, 15.0]
+
+
+def test_nan_loss_marks_divergence_after_the_last_good_iteration():
+    m = feed(["I20260101 10:00:00.000000 7 s.cpp:1] Solving X",
+              "I20260101 10:00:01.000000 7 s.cpp:1] Iteration 10, loss = 0.5",
+              "I20260101 10:00:02.000000 7 s.cpp:1] Iteration 20, loss = nan"]).metrics
+    assert (m.last_good, m.diverged_at) == (10, 20)

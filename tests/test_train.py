@@ -1,0 +1,276 @@
+"""Real trainings with `caffe train`: the run record, divergence, Ctrl-C and resume, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import cv2
+import pytest
+
+from caffetool.data import fetch
+from caffetool.data.registry import FASHION_MNIST
+from caffetool.engine import EngineInfo
+from caffetool.errors import ConfigError
+from caffetool.nets import solver
+from caffetool.train import devices, metrics_io, session
+from caffetool.train.logparse import parse_file
+
+from .conftest import PROJECT
+
+QUICK = {"test-interval": "100", "test-iter": "5", "display": "20"}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    fetch.fetch(FASHION_MNIST, folder, progress=False, say=lambda _: None)
+    return folder
+
+
+def invoke(*args, cwd=PROJECT, **kw):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=900, **kw)
+
+
+def flags(**given) -> list[str]:
+    """QUICK's flags with ``given`` ones winning (invoke takes each flag once)."""
+    merged = {**QUICK, **{k.replace("_", "-"): str(v) for k, v in given.items()}}
+    return [part for k, v in merged.items() for part in (f"--{k}", v)]
+
+
+def train(data_dir, runs, **given):
+    return invoke("train", "--data-dir", str(data_dir), "--runs-dir", str(runs), *flags(**given))
+
+
+@pytest.fixture(scope="module")
+def finished_run(data_dir, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    done = train(data_dir, runs, max_iter=200, name="short")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return runs / "short", done
+
+
+def test_run_directory_is_complete(finished_run):
+    run, done = finished_run
+    names = {p.name for p in run.iterdir()}
+    assert {"train_val.prototxt", "solver.prototxt", "deploy.prototxt", "labels.txt", "caffe.log",
+            "metrics.csv", "metrics.json", "manifest.json", "snapshots", "plots"} <= names
+    assert {p.name for p in (run / "snapshots").iterdir()} == {"lenet_iter_200.caffemodel", "lenet_iter_200.solverstate"}
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "finished" and m["exit_code"] == 0 and m["iterations"] == 200
+    assert m["device"]["label"] == "CPU" and m["device"]["flag"] == []
+    assert m["engine"]["manifest"]["options"]["cpu_only"] is True
+    assert set(m["dataset"]["files"]) == {"train-images", "train-labels", "test-images", "test-labels"}
+    assert set(m["timings_s"]) >= {"setup", "training", "testing", "total"}
+    assert m["timings_s"]["testing"] > 0 and m["timings_s"]["training"] > 0
+    assert m["samples"]["samples"] >= 1 and m["samples"]["rss_peak_mb"] > 10
+    assert m["caffetool"]["version"] and "caffe_command" in m and m["host"]["cpus"] >= 1
+    assert 0.5 < m["final"]["test0"]["accuracy"] <= 1.0
+    assert "status:     finished" in done.stdout
+    assert f"model:      {run}/snapshots/lenet_iter_200.caffemodel" in done.stdout
+
+
+def test_metrics_match_the_log(finished_run):
+    run, _ = finished_run
+    from_log = metrics_io.as_json(parse_file(run / "caffe.log"))
+    written = json.loads((run / "metrics.json").read_text())
+    assert written["train"] == from_log["train"]
+    assert written["test"] == from_log["test"]
+    csv_rows = (run / "metrics.csv").read_text().splitlines()
+    assert len(csv_rows) == 1 + len(from_log["train"]) + len(from_log["test"]["0"])
+    assert [r["NumIters"] for r in written["test"]["0"]] == [0, 100, 200]
+
+
+def test_plots_are_valid_pngs(finished_run):
+    run, _ = finished_run
+    pngs = sorted((run / "plots").glob("*.png"))
+    assert [p.name for p in pngs] == ["loss_accuracy_vs_iters.png", "loss_accuracy_vs_seconds.png", "lr_vs_iters.png"]
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert cv2.imread(str(png)).shape[1] == 800
+
+
+def test_caffe_test_records_accuracy(finished_run, data_dir):
+    run, _ = finished_run
+    done = invoke("train.test", str(run))
+    assert done.returncode == 0, done.stderr
+    assert "caffe test on lenet_iter_200.caffemodel, 5 batches: accuracy" in done.stdout  # the solver's test_iter
+    done = invoke("train.test", str(run), "--iterations", "100")
+    assert "caffe test on lenet_iter_200.caffemodel, 100 batches: accuracy" in done.stdout
+    tests = json.loads((run / "manifest.json").read_text())["tests"]
+    assert 0.5 < tests[-1]["outputs"]["accuracy"] <= 1.0 and tests[-1]["outputs"]["loss"] > 0
+
+
+def test_report_compares_runs(finished_run, data_dir, tmp_path):
+    run, _ = finished_run
+    out = tmp_path / "reports"
+    done = invoke("train.report", f"{run},{run}", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    header, first, second = done.stdout.splitlines()[:3]
+    assert header.split()[:2] == ["run", "device(s)"]
+    assert first.split()[0] == "short" and first.rstrip().endswith("1.00x")
+    md = next(out.glob("*.md")).read_text()
+    assert md.startswith("| run | device(s) | iterations |") and "| short | CPU | 200 |" in md
+    assert cv2.imread(str(next(out.glob("*.png")))) is not None
+
+
+def test_parse_any_log(finished_run, tmp_path):
+    run, _ = finished_run
+    done = invoke("train.parse", str(run / "caffe.log"), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("LeNet: 11 train rows, net #0: 3 tests; finished")
+    assert (tmp_path / "caffe.metrics.csv").exists() and (tmp_path / "caffe.metrics.json").exists()
+
+
+def test_time_shows_layers_by_cost():
+    done = invoke("train.time", "--model", "lenet", "--batch-size", "16", "--iterations", "3")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("lenet, batch 16, CPU, 3 iterations: forward ")
+    shares = [float(line.split()[-1].rstrip("%")) for line in lines[2:]]
+    assert shares == sorted(shares, reverse=True) and {ln.split()[0] for ln in lines[2:]} >= {"conv1", "conv2", "ip1"}
+
+
+def test_nan_loss_stops_the_run_with_a_hint(data_dir, tmp_path):
+    done = train(data_dir, tmp_path, max_iter=5000, base_lr="1e8", display=1, name="nan")
+    assert done.returncode == 1
+    assert "status:     diverged — the loss became NaN or infinite at iteration" in done.stdout
+    assert "Lower the learning rate (--base-lr)" in done.stdout
+    m = json.loads((tmp_path / "nan" / "manifest.json").read_text())
+    assert m["status"] == "diverged" and m["iterations"] < 1000
+
+
+def _wait_for(path, text, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path):
+    child = subprocess.Popen([sys.executable, "-m", "invoke", "train", "--data-dir", str(data_dir),
+                              "--runs-dir", str(tmp_path), *flags(max_iter=100000, name="stop")],
+                             cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(tmp_path / "stop" / "caffe.log", "Iteration 140,")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, err[-1500:]
+    run = tmp_path / "stop"
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted"
+    state = session.newest_solverstate(run)
+    stopped_at = session._iteration_of(state)
+    assert stopped_at >= 140 and f"interrupted at iteration {stopped_at}" in out
+    done = invoke("train.resume", "stop", "--runs-dir", str(tmp_path), "--max-iter", str(stopped_at + 40))
+    assert done.returncode == 0, done.stderr[-1500:]
+    log = (run / "caffe.log").read_text()
+    assert f"Resuming from snapshots/lenet_iter_{stopped_at}.solverstate" in log
+    metrics = parse_file(run / "caffe.log")
+    assert metrics.iteration == stopped_at + 40
+    iters = [r["NumIters"] for r in metrics.train]
+    assert iters == sorted(iters)
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "finished" and m["resumes"][0]["from"] == f"snapshots/lenet_iter_{stopped_at}.solverstate"
+
+
+def test_missing_lmdb_is_reported_and_nothing_deleted(data_dir, tmp_path):
+    done = train(data_dir, tmp_path, max_iter=20, name="gone")
+    assert done.returncode == 0, done.stderr[-1500:]
+    lmdb_dir = data_dir / "fashion-mnist" / "train_lmdb"
+    lmdb_dir.rename(lmdb_dir.with_name("moved"))
+    try:
+        done = invoke("train.resume", "gone", "--runs-dir", str(tmp_path), "--max-iter", "40")
+    finally:
+        lmdb_dir.with_name("moved").rename(lmdb_dir)
+    assert done.returncode == 1
+    assert "status:     failed — Caffe stopped: Check failed: mdb_status == 0 (2 vs. 0) No such file or directory" in done.stdout
+    assert "last log lines:" in done.stdout
+    assert json.loads((tmp_path / "gone" / "manifest.json").read_text())["status"] == "failed"
+    assert (tmp_path / "gone" / "snapshots" / "lenet_iter_20.caffemodel").exists()
+
+
+def test_gpu_request_on_a_cpu_engine_is_refused_before_anything(data_dir, tmp_path):
+    done = train(data_dir, tmp_path, gpu="all", name="gpu")
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: --gpu all asks for GPUs, but the engine at ")
+    assert "was built CPU-only; rebuild it with `invoke engine.install --cuda --nccl --force`" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_run_name_is_refused(finished_run, data_dir):
+    run, _ = finished_run
+    done = train(data_dir, run.parent, name="short", max_iter=10)
+    assert done.returncode == 1
+    assert f"Error: run {run} already exists; choose another --name" in done.stderr
+
+
+# GPUs cannot exist on these machines: the engines below are stand-ins (EngineInfo values with a
+# CUDA manifest and made-up `nvidia-smi -L` lines) used only to check the -gpu flag Caffe gets.
+def stand_in_engine(tmp_path, gpus: int, nccl: bool) -> EngineInfo:
+    return EngineInfo(prefix=tmp_path, tools={}, python_path=tmp_path,
+                      manifest={"options": {"cpu_only": False, "use_nccl": nccl}},
+                      gpus=[f"GPU {i}: Tesla M40 (UUID: GPU-{i})" for i in range(gpus)])
+
+
+def test_gpu_flags_for_cuda_engines(tmp_path):
+    four = stand_in_engine(tmp_path, 4, nccl=True)
+    assert devices.choose(four).flag == ["-gpu", "all"]
+    assert devices.choose(four).label == "GPU 0,1,2,3 (4 x Tesla M40)"
+    assert devices.choose(four, "0,2").flag == ["-gpu", "0,2"]
+    assert devices.choose(four, "cpu").flag == []
+    no_nccl = stand_in_engine(tmp_path, 4, nccl=False)
+    assert devices.choose(no_nccl).flag == ["-gpu", "0"]  # auto picks one GPU rather than fail
+    with pytest.raises(ConfigError, match="needs multi-GPU training, which this engine lacks"):
+        devices.choose(no_nccl, "all")
+    with pytest.raises(ConfigError, match=r"--gpu 5: 4 GPU\(s\) visible"):
+        devices.choose(four, "5")
+
+
+def test_caffe_train_command(engine):
+    from caffetool.train.runner import caffe_train_argv
+
+    assert caffe_train_argv(engine, "solver.prototxt", ["-gpu", "all"], weights="/w.caffemodel") == [
+        str(engine.caffe), "train", "-solver=solver.prototxt", "-sigint_effect=snapshot",
+        "-sighup_effect=stop", "-weights=/w.caffemodel", "-gpu=all"]
+
+
+def test_invalid_run_name(data_dir, tmp_path):
+    done = train(data_dir, tmp_path, name="../escape")
+    assert done.returncode == 1 and "--name '../escape' must be letters, digits" in done.stderr
+    assert not (tmp_path.parent / "escape").exists()
+
+
+def test_solver_options_reach_the_run(data_dir, tmp_path):
+    request = session.TrainRequest(dataset="fashion-mnist", data_dir=data_dir, runs_dir=tmp_path, name="adam",
+                                   options=solver.SolverOptions(type="Adam", max_iter=20, test_interval=20,
+                                                                test_iter=2, display=10))
+    from caffetool.engine import locate
+
+    result = session.train(locate(), request, say=lambda _: None, progress=False)
+    assert result.outcome.status == "finished"
+    assert 'type: "Adam"' in (tmp_path / "adam" / "solver.prototxt").read_text()
+    assert os.path.exists(tmp_path / "adam" / "snapshots" / "lenet_iter_20.solverstate")
+
+
+def test_caffe_refusing_the_setup_leaves_no_run(data_dir, tmp_path, caffe):
+    weights = caffe.proto.caffe_pb2.NetParameter()
+    weights.layer.add(name="conv1").blobs.add().shape.dim.append(3)  # conv1 has 20x1x5x5 weights
+    bad = tmp_path / "wrong-shape.caffemodel"
+    bad.write_bytes(weights.SerializeToString())
+    runs = tmp_path / "runs"
+    done = train(data_dir, runs, weights=str(bad), name="refused", max_iter=10)
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: Caffe refused the generated net: Check failed: ")
+    assert done.stderr.rstrip().endswith("Incompatible number of blobs for layer conv1")
+    assert list(runs.iterdir()) == []
