@@ -44,5 +44,6 @@ TASK_DEFAULTS: dict[str, dict[str, object]] = {
     "runs": {"dir": "runs"},
 }
 
-# System packages the test suite uses beyond the engine's: the real Fashion-MNIST files.
-TEST_PACKAGES: tuple[str, ...] = ("dataset-fashion-mnist",)
+# System packages the test suite uses beyond the engine's: the real Fashion-MNIST files, and
+# Debian's Chromium for the browser tests (driven by Playwright through executable_path).
+TEST_PACKAGES: tuple[str, ...] = ("dataset-fashion-mnist", "chromium")

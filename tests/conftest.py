@@ -25,3 +25,27 @@ def caffe(engine):
     from caffetool.engine import import_caffe
 
     return import_caffe(engine)
+
+
+@pytest.fixture(scope="session")
+def fashion_data(tmp_path_factory):
+    """Fashion-MNIST from Debian's package, fetched into LMDB in a folder of the test session."""
+    from caffetool.data import fetch
+    from caffetool.data.registry import FASHION_MNIST
+
+    folder = tmp_path_factory.mktemp("fashion-data")
+    return fetch.fetch(FASHION_MNIST, folder, progress=False, say=lambda _: None).dataset
+
+
+@pytest.fixture(scope="session")
+def trained_run(engine, fashion_data, tmp_path_factory):
+    """A LeNet trained by the test suite once (600 iterations of the recipe, about 15 s)."""
+    from caffetool.nets.solver import SolverOptions
+    from caffetool.train import session
+
+    runs = tmp_path_factory.mktemp("trained-runs")
+    request = session.TrainRequest(dataset="fashion-mnist", data_dir=fashion_data.path.parent, runs_dir=runs,
+                                   name="lenet600", options=SolverOptions(max_iter=600, test_interval=600))
+    result = session.train(engine, request, say=lambda _: None, progress=False)
+    assert result.outcome.status == "finished", result.outcome.message
+    return result.run_dir

@@ -34,9 +34,12 @@ def summary(net) -> dict:
     }
 
 
-def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: list[str] = ()) -> dict:
-    """Build ``solver`` (train and test nets) and each deploy net with the real engine."""
+def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: list[str] = (),
+             weights: str | None = None) -> dict:
+    """Build ``solver`` (train and test nets) and each deploy net (with ``weights``) in Caffe."""
     argv = [sys.executable, "-m", "caffetool.nets.check"]
+    if weights:
+        argv += ["--weights", weights]
     if solver:
         argv += ["--solver", solver]
     for d in deploy:
@@ -48,7 +51,8 @@ def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: l
         fatal = FATAL.findall(done.stderr)
         if fatal:
             where, what = fatal[-1]
-            raise ConfigError(f"Caffe refused the net ({where}): {what}")
+            subject = f"the net with weights {weights}" if weights else "the net"
+            raise ConfigError(f"Caffe refused {subject} ({where}): {what}")
         tail = "\n".join(done.stderr.strip().splitlines()[-4:])
         raise ConfigError(f"Caffe could not build the net:\n{tail}")
     return json.loads(done.stdout)
@@ -58,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--solver")
     parser.add_argument("--deploy", action="append", default=[])
+    parser.add_argument("--weights")
     args = parser.parse_args()
     import caffe  # noqa: PLC0415 - on PYTHONPATH from validate()
 
@@ -67,7 +72,10 @@ def main() -> None:
         solver = caffe.get_solver(args.solver)
         report["train"] = summary(solver.net)
         report["test"] = [summary(net) for net in solver.test_nets]
-    report["deploy"] = {d: summary(caffe.Net(d, caffe.TEST)) for d in args.deploy}
+    report["deploy"] = {
+        d: summary(caffe.Net(d, args.weights, caffe.TEST) if args.weights else caffe.Net(d, caffe.TEST))
+        for d in args.deploy
+    }
     json.dump(report, sys.stdout)
 
 

@@ -1,0 +1,243 @@
+"""The demo: a real server started here, real HTTP, a real browser, both backends."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+
+from caffetool.data.registry import FASHION_MNIST
+from caffetool.demo import model as demo_model
+from caffetool.errors import ConfigError
+
+from .conftest import PROJECT
+
+FASHION_DIR = FASHION_MNIST.local_dirs[0]
+
+
+@pytest.fixture(scope="module")
+def test_images():
+    """The first 300 Fashion-MNIST test images as PNG bytes, with their labels."""
+    raw = gzip.open(FASHION_DIR / "t10k-images-idx3-ubyte.gz").read()[16:]
+    labels = gzip.open(FASHION_DIR / "t10k-labels-idx1-ubyte.gz").read()[8:]
+    images = np.frombuffer(raw, np.uint8).reshape(-1, 28, 28)[:300]
+    return [cv2.imencode(".png", img)[1].tobytes() for img in images], list(labels[:300])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: list[str], port: int) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-m", "invoke", "demo.serve", "--port", str(port), *args],
+                             cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            return child
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return child
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    child.kill()
+    raise AssertionError("the demo server did not start")
+
+
+def stop(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+@pytest.fixture(scope="module")
+def server(trained_run):
+    port = free_port()
+    child = start_server(["--run", str(trained_run)], port)
+    assert child.poll() is None, child.stderr.read()
+    yield f"http://127.0.0.1:{port}"
+    stop(child)
+
+
+def test_top1_on_real_fashion_mnist(server, test_images):
+    images, labels = test_images
+    hits = 0
+    with httpx.Client(base_url=server) as client:
+        for data, label in zip(images[:200], labels[:200]):
+            r = client.post("/api/classify?top=3", content=data, headers={"Content-Type": "image/png"})
+            assert r.status_code == 200
+            body = r.json()
+            assert [t["index"] for t in body["top"]] == sorted((t["index"] for t in body["top"]),
+                                                                key=lambda i: -next(t["prob"] for t in body["top"] if t["index"] == i))
+            assert set(body["timings_ms"]) == {"decode", "preprocess", "forward"}
+            hits += body["top"][0]["index"] == label
+    assert hits / 200 >= 0.75
+
+
+def test_multipart_upload_and_the_model_description(server, test_images):
+    images, labels = test_images
+    r = httpx.post(f"{server}/api/classify?top=1&input=1", files={"file": ("x.png", images[0], "image/png")})
+    assert r.status_code == 200
+    body = r.json()
+    assert len(body["top"]) == 1 and body["model"] == "lenet600" and body["input_png"]
+    model = httpx.get(f"{server}/api/model").json()
+    assert model["input_shape"] == [1, 1, 28, 28] and model["classes"] == list(FASHION_MNIST.classes)
+    assert model["backend"] == "caffe" and model["run"].endswith("lenet600")
+
+
+def test_dark_on_light_pictures_are_inverted(server, test_images):
+    images, labels = test_images
+    image = cv2.imdecode(np.frombuffer(images[0], np.uint8), cv2.IMREAD_GRAYSCALE)
+    photo = cv2.resize(255 - image, (200, 200))  # a bigger, dark-on-light "photo"
+    plain = httpx.post(f"{server}/api/classify", content=images[0]).json()
+    flipped = httpx.post(f"{server}/api/classify", content=cv2.imencode(".jpg", photo)[1].tobytes()).json()
+    assert plain["inverted"] is False and flipped["inverted"] is True
+    assert flipped["top"][0]["index"] == plain["top"][0]["index"]
+
+
+@pytest.mark.parametrize("body,status,message", [
+    (b"", 422, "empty body"),
+    (b"hello, not an image", 415, "not an image"),
+])
+def test_bad_bodies(server, body, status, message):
+    r = httpx.post(f"{server}/api/classify", content=body)
+    assert r.status_code == status and message in r.json()["error"]
+
+
+def test_body_over_the_limit_is_413(server):
+    r = httpx.post(f"{server}/api/classify", content=b"\0" * (10 * 1024 * 1024 + 1))
+    assert r.status_code == 413 and "limit" in r.json()["error"]
+
+
+def test_decompression_bomb_is_422(server):
+    bomb = cv2.imencode(".png", np.zeros((8000, 8000), np.uint8))[1].tobytes()
+    assert len(bomb) < 1_000_000
+    r = httpx.post(f"{server}/api/classify", content=bomb, timeout=30)
+    assert r.status_code == 422 and "8000x8000 pixels is over the limit" in r.json()["error"]
+
+
+def test_multipart_without_a_file_is_422(server):
+    r = httpx.post(f"{server}/api/classify", files={"file": ("x.png", b"", "image/png")})
+    assert r.status_code == 422
+
+
+def test_concurrent_requests_are_all_answered_correctly(server, test_images):
+    images, _ = test_images
+    with httpx.Client(base_url=server) as client:
+        expected = [client.post("/api/classify", content=d).json()["top"][0]["index"] for d in images[:64]]
+
+    def one(i):
+        with httpx.Client(base_url=server) as c:
+            return c.post("/api/classify", content=images[i % 64]).json()["top"][0]["index"]
+
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(one, range(256)))
+    assert got == [expected[i % 64] for i in range(256)]
+
+
+def test_backends_agree(engine, trained_run, test_images):
+    images, _ = test_images
+    files = demo_model.from_run(trained_run)
+    caffe_net = demo_model.load(engine, files, "caffe")
+    opencv_net = demo_model.load(engine, files, "opencv", validate=False)
+    from caffetool.demo import preprocess
+
+    for data in images[:100]:
+        blob = preprocess.prepare(data, caffe_net.transform, caffe_net.max_pixels).blob
+        assert np.abs(caffe_net.probabilities(blob) - opencv_net.probabilities(blob)).max() < 1e-4
+
+
+def test_corrupt_weights_fail_start_up(trained_run, tmp_path):
+    bad = tmp_path / "corrupt.caffemodel"
+    data = bytearray(next((trained_run / "snapshots").glob("*.caffemodel")).read_bytes())
+    bad.write_bytes(bytes(data[: len(data) // 3]))
+    port = free_port()
+    child = start_server(["--deploy", str(trained_run / "deploy.prototxt"), "--weights", str(bad),
+                          "--labels", str(trained_run / "labels.txt")], port)
+    try:
+        child.wait(30)
+    finally:
+        stop(child)
+    assert child.returncode == 1
+    err = child.stderr.read()
+    assert err.startswith(f"Error: Caffe refused the net with weights {bad}")
+
+
+def test_wrong_label_count_fails_start_up(engine, trained_run, tmp_path):
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a\nb\n")
+    files = demo_model.ModelFiles(trained_run / "deploy.prototxt", next((trained_run / "snapshots").glob("*.caffemodel")), labels)
+    with pytest.raises(ConfigError, match="names 2 classes, the net outputs 10"):
+        demo_model.load(engine, files)
+
+
+def test_classify_command_and_annotations(trained_run, test_images, tmp_path):
+    images, labels = test_images
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"img{i}.png").write_bytes(images[i])
+    (folder / "broken.png").write_bytes(b"nope")
+    out = tmp_path / "annotated"
+    done = subprocess.run([sys.executable, "-m", "invoke", "demo.classify", str(folder), "--run", str(trained_run),
+                           "--top", "2", "--annotate", str(out)], cwd=PROJECT, capture_output=True, text=True)
+    assert done.returncode == 1 and "Error: 1 file(s) could not be classified" in done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{folder / 'broken.png'}: the body is not an image")
+    assert lines[1].startswith(f"{folder / 'img0.png'}: ") and lines[1].count(", ") == 1
+    for i in range(5):
+        image = cv2.imread(str(out / f"img{i}.annotated.png"))
+        assert image is not None and image.shape == (224, 224, 3)
+
+
+def test_browser_upload_and_drawing(server, test_images, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    images, _ = test_images
+    expected = httpx.post(f"{server}/api/classify", content=images[1]).json()["top"][0]["label"]
+    (tmp_path / "upload.png").write_bytes(images[1])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page()
+            page.goto(server)
+            page.wait_for_selector("#model:has-text('10 classes')")
+            page.set_input_files("#file", str(tmp_path / "upload.png"))
+            page.wait_for_selector("#predicted:not(:empty)")
+            assert page.inner_text("#predicted") == f"— {expected}"
+            assert page.locator("#bars .bar").count() == 5
+            page.evaluate("document.getElementById('predicted').textContent = ''")
+            box = page.locator("#canvas").bounding_box()
+            page.mouse.move(box["x"] + 140, box["y"] + 40)
+            page.mouse.down()
+            for y in range(40, 250, 10):
+                page.mouse.move(box["x"] + 140, box["y"] + y)
+            page.mouse.up()
+            page.click("#classify-drawing")
+            page.wait_for_selector("#predicted:not(:empty)")
+            assert page.inner_text("#predicted").startswith("— ")
+            assert "forward" in page.inner_text("#timings")
+            assert page.get_attribute("#seen", "src").startswith("data:image/png;base64,")
+            page.screenshot(path=str(tmp_path / "page.png"))
+        finally:
+            browser.close()
+    assert os.path.getsize(tmp_path / "page.png") > 1000
