@@ -16,7 +16,7 @@ from caffetool.nets.solver import SolverOptions
 from caffetool.quickstart import prepare_data
 from caffetool.train import session
 from caffetool.train.session import TrainRequest
-from caffetool.tasks import data, demo, engine, model, train
+from caffetool.tasks import data, demo, engine, memory, model, train
 from caffetool.tasks._common import pick, task
 
 
@@ -56,4 +56,5 @@ ns.add_collection(data.ns)
 ns.add_collection(model.ns)
 ns.add_collection(train.ns)
 ns.add_collection(demo.ns)
+ns.add_collection(memory.ns)
 ns.configure(TASK_DEFAULTS)

@@ -75,6 +75,12 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         rundir.release(run_dir)  # Caffe never ran here: leave nothing behind
         raise
     solver_msg = prototxt.read(generated.files["solver.prototxt"], _solver_message(engine))
+    if chosen.gpu:
+        try:
+            _preflight(engine, generated.files["train_val.prototxt"], model, dataset, options)
+        except BaseException:
+            rundir.release(run_dir)
+            raise
     manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started)
     argv = runner.caffe_train_argv(engine, "solver.prototxt", chosen.flag,
                                    str(Path(req.weights).absolute()) if req.weights else None)
@@ -92,6 +98,17 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         fatal = result.outcome.metrics.fatal or result.outcome.message
         raise ConfigError(f"Caffe refused the generated net: {fatal}")
     return result
+
+
+def _preflight(engine: EngineInfo, train_val: Path, model, dataset: layout.Dataset,
+               options: solvers.SolverOptions) -> None:
+    from caffetool.engine import import_caffe  # noqa: PLC0415
+    from caffetool.memory import estimate as est  # noqa: PLC0415
+    from caffetool.train import preflight  # noqa: PLC0415
+
+    net = prototxt.read(train_val, import_caffe(engine).proto.caffe_pb2.NetParameter())
+    preflight.check(net, est.Options(solver=options.type, mode="gpu", input_shape=dataset.shape),
+                    preflight.gpu_memory())
 
 
 def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progress: bool = True,

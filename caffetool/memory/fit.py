@@ -1,0 +1,118 @@
+"""``memory.fit``: the largest batch that fits a GPU, and what to change when the wanted one does not.
+
+Every answer comes from the estimator in GPU mode: the batch from ``memory = fixed + batch x
+per-sample`` (checked with a full estimate), each change by estimating the changed net. Changes are
+ranked by the bytes they save, each with its cost.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+from caffetool.memory import estimate as est
+
+PCIE_BYTES_PER_S = 12e9  # PCIe 3.0 x16, what vDNN-style offload can use in practice
+
+
+@dataclass
+class Change:
+    name: str
+    saves: int
+    cost: str
+    fits: bool
+
+
+@dataclass
+class Fit:
+    capacity: int
+    reserve: int
+    largest_batch: int
+    wanted_batch: int
+    wanted_bytes: int
+    fits: bool
+    changes: list[Change]
+
+
+def largest_batch(net, options: est.Options, budget: int, text: str | None = None) -> int:
+    fixed, per_sample = est.per_sample(net, options, text)
+    if per_sample <= 0 or fixed > budget:
+        return 0
+    batch = max(0, (budget - fixed) // per_sample)
+    while batch > 0 and est.estimate(net, replace(options, batch=batch), text).total > budget:
+        batch -= 1
+    return int(batch)
+
+
+def fit(net, options: est.Options, capacity: int, reserve: int, text: str | None = None) -> Fit:
+    options = replace(options, mode="gpu")
+    budget = capacity - reserve
+    wanted = est.estimate(net, options, text)
+    batch = wanted.rows[0].top[0] if wanted.rows and wanted.rows[0].top else (options.batch or 1)
+    best = largest_batch(net, options, budget, text)
+    changes = [] if wanted.total <= budget else _changes(net, options, wanted, batch, best, budget, text)
+    return Fit(capacity, reserve, best, batch, wanted.total, wanted.total <= budget,
+               sorted(changes, key=lambda c: -c.saves))
+
+
+def _changes(net, o: est.Options, wanted: est.Estimate, batch: int, best: int, budget: int, text) -> list[Change]:
+    out = []
+    total = wanted.total
+    if best >= 1:
+        k = -(-batch // best)
+        smaller = est.estimate(net, replace(o, batch=best, iter_size=k), text).total
+        out.append(Change(f"batch {best} with iter_size {k} (effective batch {best * k} >= {batch})",
+                          total - smaller, f"{k} forward/backward passes per update instead of 1; same gradient "
+                          "when the batch divides evenly (BatchNorm statistics see the smaller batch)", smaller <= budget))
+    half = est.estimate(net, replace(o, dtype="fp16"), text).total
+    out.append(Change("fp16 storage for weights, gradients and activations", total - half,
+                      "needs an fp16-capable Caffe (BVLC stores fp32); watch small gradients (loss scaling)",
+                      half <= budget))
+    inplace = _in_place_savings(wanted)
+    out.append(Change("in-place activations (ReLU, Dropout, BatchNorm, Scale)", inplace,
+                      "none for these layers" if inplace else "already in place in this net", total - inplace <= budget))
+    feature = wanted.groups["feature maps"] + wanted.groups["gradient maps"]
+    live = _largest_live(wanted)
+    offload_saves = max(0, feature - live)
+    traffic = 2 * sum(r.data_bytes for r in wanted.rows)
+    out.append(Change("offload feature maps to host memory between forward and backward (vDNN)", offload_saves,
+                      f"{traffic / 1e9:.2f} GB over PCIe per iteration, about {traffic / PCIE_BYTES_PER_S * 1e3:.0f} ms "
+                      "at 12 GB/s unless overlapped with compute; not in BVLC Caffe", total - offload_saves <= budget))
+    fc = _shrink_fc(net, o, text, total, budget)
+    if fc:
+        out.append(fc)
+    return [c for c in out if c.saves > 0] + [c for c in out if c.saves <= 0]
+
+
+def _in_place_savings(e: est.Estimate) -> int:
+    kinds = {"ReLU", "Dropout", "BatchNorm", "Scale", "Sigmoid", "TanH"}
+    return sum(r.data_bytes + r.diff_bytes for r in e.rows if r.type in kinds)
+
+
+def _largest_live(e: est.Estimate) -> int:
+    """vDNN's peak: the biggest layer's input and output, data and gradient, kept on the device."""
+    rows = e.rows
+    best = 0
+    for prev, row in zip(rows, rows[1:]):
+        best = max(best, prev.data_bytes + prev.diff_bytes + row.data_bytes + row.diff_bytes)
+    return best
+
+
+def _shrink_fc(net, o: est.Options, text, total: int, budget: int) -> Change | None:
+    """Shrink the two widest hidden InnerProduct layers to a quarter of their outputs."""
+    ips = [layer for layer in net.layer if layer.type == "InnerProduct"]
+    hidden = sorted(ips[:-1], key=lambda layer: -layer.inner_product_param.num_output)[:2]
+    if not hidden:
+        return None
+    smaller = copy.deepcopy(net)
+    names = {layer.name for layer in hidden}
+    for layer in smaller.layer:
+        if layer.name in names:
+            layer.inner_product_param.num_output = max(1, layer.inner_product_param.num_output // 4)
+    after = est.estimate(smaller, o).total
+    what = ", ".join(f"{layer.name} {layer.inner_product_param.num_output}->{max(1, layer.inner_product_param.num_output // 4)}"
+                     for layer in hidden)
+    return Change(f"shrink the fully-connected layers ({what})", total - after,
+                  "fewer parameters: retrain (or fine-tune) and re-check accuracy; pooling more before them "
+                  "(global average pooling, as GoogLeNet does) removes most of them", after <= budget)
+

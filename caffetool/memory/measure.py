@@ -1,0 +1,104 @@
+"""What the real engine allocates: a solver built in pycaffe, one test pass and one training step.
+
+In CPU mode the figure is glibc's own count of bytes in use (``mallinfo2``: ``uordblks`` plus
+``hblkhd``, through ctypes) just before the solver is built and after ``solver.step(1)`` — which,
+with ``test_initialization``, first runs the TEST net once, as training does. The mmap threshold
+is pinned (``MALLOC_MMAP_THRESHOLD_``) so glibc does not move it while Caffe frees the TEST net's
+own weights. The data comes from a small LMDB of random images of the input's size, made for the
+measurement. GPU mode would read the device's free memory before and after; on machines without
+a GPU it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from caffetool.data import db
+from caffetool.engine import EngineInfo
+from caffetool.errors import ConfigError
+from caffetool.nets.check import FATAL
+
+CHILD = r"""
+import ctypes, json, sys
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+def used():
+    m = libc.mallinfo2()
+    return m.uordblks + m.hblkhd
+import caffe
+caffe.set_mode_cpu()
+# One-time engine set-up (protobuf descriptor pools, registries) is not the solver's: a tiny
+# solver is built and stepped first, so the figure below holds only what this net allocates.
+with open("warmup.prototxt", "w") as f:
+    f.write('layer { name: "d" type: "DummyData" top: "d" top: "l" dummy_data_param { shape { dim: 1 dim: 2 } '
+            'shape { dim: 1 } } } layer { name: "ip" type: "InnerProduct" bottom: "d" top: "ip" '
+            'inner_product_param { num_output: 2 } } layer { name: "loss" type: "SoftmaxWithLoss" '
+            'bottom: "ip" bottom: "l" top: "loss" }')
+with open("warmup_solver.prototxt", "w") as f:
+    f.write('net: "warmup.prototxt" base_lr: 0.1 lr_policy: "fixed" max_iter: 1 solver_mode: CPU '
+            'snapshot_after_train: false')
+warm = caffe.get_solver("warmup_solver.prototxt")
+warm.step(1)
+del warm
+before = used()
+solver = caffe.get_solver(sys.argv[1])
+built = used()
+solver.step(1)
+after = used()
+print(json.dumps({"before": before, "built": built, "after": after, "allocated": after - before}))
+"""
+
+
+def make_lmdb(path: Path, records: int, shape: tuple[int, int, int], classes: int, caffe) -> None:
+    rng = np.random.default_rng(0)
+    values = []
+    for i in range(records):
+        d = caffe.proto.caffe_pb2.Datum(channels=shape[0], height=shape[1], width=shape[2], label=i % classes,
+                                        data=rng.integers(0, 256, int(np.prod(shape)), dtype=np.uint8).tobytes())
+        values.append(d.SerializeToString())
+    writer = db.Writer(path, "lmdb")
+    writer.put_chunk(db.keys(0, records), values)
+    writer.close()
+
+
+def measure(engine: EngineInfo, caffe, net, solver_type: str, input_shape: tuple[int, int, int],
+            classes: int, mode: str = "cpu") -> dict:
+    """Bytes the engine allocates for ``net`` (a train/test NetParameter) with ``solver_type``."""
+    if mode != "cpu":
+        raise ConfigError("memory.measure --mode gpu needs a GPU (it reads the device's free memory); "
+                          "none is visible here")
+    pb = caffe.proto.caffe_pb2
+    with tempfile.TemporaryDirectory(prefix="caffetool-measure-") as tmp:
+        folder = Path(tmp)
+        batches = [layer.data_param.batch_size for layer in net.layer if layer.type == "Data"]
+        make_lmdb(folder / "images", max(batches + [1]) + 2, input_shape, classes, caffe)
+        for layer in net.layer:
+            if layer.type == "Data":
+                layer.data_param.source = str(folder / "images")
+                layer.data_param.backend = pb.DataParameter.LMDB
+        (folder / "net.prototxt").write_text(str(net))
+        solver = pb.SolverParameter(net="net.prototxt", base_lr=0.001, lr_policy="fixed", max_iter=1,
+                                    test_interval=1000, snapshot_after_train=False, solver_mode=pb.SolverParameter.CPU)
+        solver.test_iter.append(1)
+        if solver_type != "SGD":
+            solver.type = solver_type
+        solver.momentum = 0.0 if solver_type in ("AdaGrad", "RMSProp") else 0.9
+        (folder / "solver.prototxt").write_text(str(solver))
+        env = {**os.environ, "GLOG_minloglevel": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+               "PYTHONPATH": os.pathsep.join([str(engine.python_path), os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run([sys.executable, "-c", CHILD, "solver.prototxt"], cwd=folder, env=env,
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        fatal = FATAL.findall(done.stderr)
+        raise ConfigError(f"measuring failed: {fatal[-1][1] if fatal else done.stderr.strip()[-300:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,0 +1,42 @@
+"""A GPU run's memory check before Caffe starts: the estimator against each GPU's memory.
+
+Caffe discovers an out-of-memory GPU only after set-up, with a bare CUDA error; checking the
+estimate first turns that into a refusal that names the largest batch that fits.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from caffetool.errors import ConfigError
+from caffetool.memory import estimate as est
+from caffetool.memory import fit as fitting
+
+RESERVE = 400 * 2**20  # the seed's rule of thumb: CUDA context and fragmentation
+
+
+def gpu_memory() -> list[int]:
+    """Total memory of each visible GPU in bytes (empty without nvidia-smi)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    done = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True)
+    return [int(float(x)) * 2**20 for x in done.stdout.split()] if done.returncode == 0 else []
+
+
+def check(net, options: est.Options, capacities: list[int], reserve: int = RESERVE) -> int | None:
+    """Bytes the run needs per GPU; raises when the smallest of ``capacities`` cannot hold it."""
+    if not capacities:
+        return None
+    options = est.Options(**{**options.__dict__, "mode": "gpu"})
+    need = est.estimate(net, options).total
+    budget = min(capacities) - reserve
+    if need > budget:
+        best = fitting.largest_batch(net, options, budget)
+        raise ConfigError(
+            f"this run needs about {need / 2**30:.2f} GiB per GPU, more than the {budget / 2**30:.2f} GiB "
+            f"available ({min(capacities) / 2**30:.1f} GiB less {reserve / 2**20:.0f} MiB kept free); "
+            f"the largest batch that fits is {best} — use --batch-size {best} with --iter-size to keep the "
+            "effective batch, or see `invoke memory.fit`")
+    return need

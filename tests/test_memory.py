@@ -1,0 +1,204 @@
+"""The memory estimator: counts derived by hand, Caffe's allocation rules one by one, and the real
+engine's allocations."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+from google.protobuf import text_format
+
+from caffetool.errors import ConfigError
+from caffetool.memory import estimate as est
+from caffetool.memory import measure, nets
+
+from .test_nets import expected_params
+from .test_tasks_engine import invoke
+
+
+def parse(caffe, text):
+    return text_format.Parse(text, caffe.proto.caffe_pb2.NetParameter())
+
+
+def rules_total(e: est.Estimate) -> int:
+    """Bytes by Caffe's rules, without malloc's rounding (which depends on every size)."""
+    return sum(e.groups.values())
+
+
+SMALL = """name: "small"
+layer {{ name: "in" type: "Input" top: "data" top: "label" input_param {{ shape {{ dim: 8 dim: 3 dim: 10 dim: 10 }} shape {{ dim: 8 }} }} }}
+layer {{ name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param {{ num_output: 4 kernel_size: {k} pad: {pad} }} }}
+layer {{ name: "ip1" type: "InnerProduct" bottom: "conv" top: "ip1" inner_product_param {{ num_output: 6 }} }}
+layer {{ name: "relu" type: "ReLU" bottom: "ip1" top: "{relu_top}" }}
+layer {{ name: "ip2" type: "InnerProduct" bottom: "{relu_top}" top: "ip2" inner_product_param {{ num_output: 5 }} }}
+layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }}
+{extra}"""
+
+
+def small(caffe, k=3, pad=1, relu_top="ip1", extra=""):
+    return parse(caffe, SMALL.format(k=k, pad=pad, relu_top=relu_top, extra=extra))
+
+
+def test_in_place_relu_saves_exactly_one_blob(caffe):
+    inplace = est.estimate(small(caffe), est.Options())
+    separate = est.estimate(small(caffe, relu_top="relu"), est.Options())
+    blob = 8 * 6 * 4
+    assert rules_total(separate) - rules_total(inplace) == 2 * blob  # the ReLU's own data and gradient
+
+
+def test_a_blob_feeding_two_layers_gets_a_split_with_its_own_gradients(caffe):
+    extra = ('layer { name: "ip3" type: "InnerProduct" bottom: "ip1" top: "ip3" inner_product_param { num_output: 5 } }\n'
+             'layer { name: "loss2" type: "SoftmaxWithLoss" bottom: "ip3" bottom: "label" top: "loss2" }')
+    e = est.estimate(small(caffe, extra=extra), est.Options())
+    splits = {r.layer: r for r in e.rows if r.type == "Split"}
+    ip1 = splits["ip1_split"]
+    assert ip1.data_bytes == 0 and ip1.diff_bytes == 2 * 8 * 6 * 4  # shared data, one gradient per reader
+    assert splits["label_split"].diff_bytes == 0  # labels get no gradient
+
+
+def test_1x1_convolution_needs_no_im2col(caffe):
+    three = est.estimate(small(caffe, k=3, pad=1), est.Options())
+    one = est.estimate(small(caffe, k=1, pad=0), est.Options())
+    conv3 = next(r for r in three.rows if r.layer == "conv")
+    conv1 = next(r for r in one.rows if r.layer == "conv")
+    bias_multiplier = 10 * 10 * 4
+    assert conv3.scratch_bytes - bias_multiplier == 3 * 3 * 3 * 10 * 10 * 4  # C x k x k x Ho x Wo floats
+    assert conv1.scratch_bytes == bias_multiplier
+
+
+@pytest.mark.parametrize("solver,copies", [("SGD", 1), ("Nesterov", 2), ("AdaGrad", 2), ("RMSProp", 2),
+                                           ("AdaDelta", 3), ("Adam", 3)])
+def test_solver_state_per_parameter(caffe, solver, copies):
+    net = small(caffe)
+    base = est.estimate(net, est.Options(solver="SGD"))
+    other = est.estimate(net, est.Options(solver=solver))
+    param_bytes = sum(r.param_bytes for r in base.rows)
+    assert sum(r.history_bytes for r in other.rows) == copies * param_bytes
+    assert rules_total(other) - rules_total(base) == (copies - 1) * param_bytes
+
+
+def test_inference_has_no_gradients_or_history(caffe):
+    e = est.estimate(small(caffe), est.Options(phase="test"))
+    assert e.groups["gradient maps"] == 1 * 4  # only the loss's own weight
+    assert all(r.grad_bytes == 0 and r.history_bytes == 0 for r in e.rows)
+
+
+def conv_macc(out_c, in_c, k, size, group=1):
+    return out_c * size * size * (in_c // group) * k * k
+
+
+def expected_macc(name: str) -> int:
+    if name == "lenet":
+        return conv_macc(20, 1, 5, 24) + conv_macc(50, 20, 5, 8) + 800 * 500 + 500 * 10
+    if name == "caffenet":
+        return (conv_macc(96, 3, 11, 55) + conv_macc(256, 96, 5, 27, 2) + conv_macc(384, 256, 3, 13)
+                + conv_macc(384, 384, 3, 13, 2) + conv_macc(256, 384, 3, 13, 2)
+                + 9216 * 4096 + 4096 * 4096 + 4096 * 1000)
+    widths = [3, 64, 64, 128, 128, 256, 256, 256, 512, 512, 512, 512, 512, 512]
+    sizes = [224, 224, 112, 112, 56, 56, 56, 28, 28, 28, 14, 14, 14]
+    return (sum(conv_macc(o, i, 3, s) for i, o, s in zip(widths, widths[1:], sizes))
+            + 25088 * 4096 + 4096 * 4096 + 4096 * 1000)
+
+
+@pytest.mark.parametrize("name", ["lenet", "caffenet", "vgg16"])
+def test_parameters_and_maccs_match_the_layer_definitions(caffe, name):
+    source = nets.load(caffe, name, None, None, None, batch=1, test_batch=1)
+    e = est.estimate(source.net, est.Options(input_shape=source.input_shape))
+    assert e.params == (431_080 if name == "lenet" else expected_params(name))
+    learned = sum(r.macc for r in e.rows if r.type in ("Convolution", "InnerProduct"))
+    assert learned == expected_macc(name)
+
+
+def test_estimate_matches_what_caffe_allocates_for_lenet(caffe, engine):
+    source = nets.load(caffe, "lenet", None, None, None, batch=64)
+    e = est.estimate(source.net, est.Options(input_shape=source.input_shape))
+    got = measure.measure(engine, caffe, source.net, "SGD", source.input_shape, 10)
+    assert abs(e.total - got["allocated"]) / got["allocated"] <= 0.02
+
+
+def test_per_sample_and_fixed_parts_add_up(caffe):
+    source = nets.load(caffe, "lenet", None, None, None, batch=64)
+    options = est.Options(input_shape=source.input_shape)
+    fixed, per = est.per_sample(source.net, options)
+    for batch in (10, 100):
+        total = rules_total(est.estimate(source.net, replace(options, batch=batch)))
+        assert abs(total - (fixed + batch * per)) / total < 0.01
+
+
+def test_unknown_layer_is_named_with_its_line(caffe, tmp_path):
+    text = SMALL.format(k=3, pad=1, relu_top="ip1", extra="").replace(
+        'type: "ReLU"', 'type: "Swish"')
+    path = tmp_path / "net.prototxt"
+    path.write_text(text)
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if 'name: "relu"' in row)
+    done = invoke("memory.estimate", "--net", str(path))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"Error: {path}:{line}: layer 'relu' has type 'Swish', which the estimator does not model")
+
+
+def test_malformed_prototxt_names_line_and_column(tmp_path):
+    path = tmp_path / "bad.prototxt"
+    path.write_text('name: "x"\nlayer {\n  name: "a"\n  type: "Input"\n  bottom "y"\n}\n')
+    done = invoke("memory.estimate", "--net", str(path))
+    assert done.returncode == 1 and re.match(rf"Error: {re.escape(str(path))}:5:\d+: ", done.stderr)
+
+
+def test_estimate_task_prints_the_groups_and_json(tmp_path):
+    done = invoke("memory.estimate", "--model", "lenet", "--batch-size", "64")
+    assert done.returncode == 0, done.stderr
+    for group in ("model", "feature maps", "gradient maps", "workspace", "total"):
+        assert re.search(rf"^  {group} +[\d,.]+ MiB", done.stdout, re.M)
+    assert "per sample" in done.stdout
+    import json
+
+    report = json.loads(invoke("memory.estimate", "--model", "vgg16", "--batch-size", "4", "--mode", "gpu",
+                               "--cudnn", "--json").stdout)
+    assert report["params"] == expected_params("vgg16") and report["flops"] == 2 * report["macc"]
+    assert report["host_pinned"] > 0  # prefetch batches sit in pinned host memory on GPUs
+    plot = tmp_path / "mem.png"
+    assert invoke("memory.estimate", "--model", "lenet", "--plot", str(plot)).returncode == 0
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fit_answers_for_vgg16_on_a_12gb_card():
+    done = invoke("memory.fit", "--model", "vgg16", "--gpu-memory", "12GiB", "--batch-size", "128")
+    assert done.returncode == 0, done.stderr
+    largest = int(re.search(r"largest batch that fits: (\d+)", done.stdout).group(1))
+    assert 1 <= largest < 128
+    assert "does not fit" in done.stdout and "iter_size" in done.stdout and "fp16" in done.stdout
+    named = invoke("memory.fit", "--model", "vgg16", "--gpu", "K40", "--batch-size", "8")
+    assert "batch 8 needs" in named.stdout and ": fits" in named.stdout
+
+
+def test_fit_refuses_an_unknown_card():
+    done = invoke("memory.fit", "--model", "lenet", "--gpu", "Voodoo2")
+    assert done.returncode == 1 and done.stderr.startswith("Error: unknown --gpu 'Voodoo2'; known: GTX 980")
+
+
+def test_report_reproduces_the_seeds_rule_of_thumb():
+    done = invoke("memory.report")
+    assert done.returncode == 0, done.stderr
+    assert "seed: 752,877,568 parameters" in done.stdout
+    assert "ours: 752,877,568 (weights + gradients)" in done.stdout
+    assert "VGG-16, batch 256, training" in done.stdout
+
+
+def test_invalid_options_are_refused(caffe):
+    with pytest.raises(ConfigError, match="unknown --solver 'Lion'"):
+        est.estimate(small(caffe), est.Options(solver="Lion"))
+    with pytest.raises(ConfigError, match="--batch-size must be at least 1, got 0"):
+        est.estimate(small(caffe), est.Options(batch=0))
+
+
+def test_gpu_preflight_refuses_a_run_that_cannot_fit(caffe):
+    from caffetool.train import preflight
+
+    source = nets.load(caffe, "vgg16", None, None, None, batch=64)
+    options = est.Options(input_shape=source.input_shape)
+    twelve = 12 * 2**30  # card sizes are data here: these machines have no GPU to ask
+    with pytest.raises(ConfigError, match=r"needs about [\d.]+ GiB per GPU.*the largest batch that fits is \d+"):
+        preflight.check(source.net, options, [twelve, twelve])
+    small_batch = nets.load(caffe, "vgg16", None, None, None, batch=4)
+    assert preflight.check(small_batch.net, options, [twelve]) < twelve
+    assert preflight.check(source.net, options, []) is None
