@@ -28,9 +28,9 @@ def configure(tree: Path, build: Path, options: BuildOptions, prefix: Path, log:
     """Run CMake; return the flags used. Refuses a CUDA build that CMake silently made CPU-only."""
     flags = cmake_flags(options, sys.executable, prefix)
     build.mkdir(parents=True, exist_ok=True)
-    _run(["cmake", str(tree), *flags], build, log, "CMake configuration")
-    cache = (build / "CMakeCache.txt").read_text(errors="replace")
-    if options.cuda and not re.search(r"^HAVE_CUDA:INTERNAL=TRUE$", cache, re.M):
+    output: list[str] = []
+    _run(["cmake", str(tree), *flags], build, log, "CMake configuration", on_line=output.append)
+    if options.cuda and not any(line.startswith("-- CUDA detected:") for line in output):
         # Caffe's Cuda.cmake falls back to a CPU build when it cannot find CUDA.
         raise BuildError(
             f"CMake did not find CUDA for a --cuda build (see {log}); put nvcc on PATH or set "

@@ -29,9 +29,12 @@ from caffetool import config
 from caffetool import apt
 from caffetool.engine import build, source
 from caffetool.engine.locate import MANIFEST, EngineInfo, locate
+from caffetool.checksum import sha256_file
 from caffetool.engine.recipe import (
     BUILD_PACKAGES,
     CAFFE_SOURCE,
+    PATCH_DIR,
+    PROJECT_PATCHES,
     PYCAFFE_MODULES,
     BuildOptions,
 )
@@ -61,11 +64,16 @@ def install(
     force: bool = False,
     progress: bool = True,
     say: Callable[[str], None] = print,
+    link: bool = True,
 ) -> InstallResult:
-    """Build and install the engine into ``prefix`` unless an equal working one is there."""
+    """Build and install the engine into ``prefix`` unless an equal working one is there.
+
+    ``link=False`` leaves this interpreter's ``import caffe`` alone (for side builds, such as
+    the compile-only CUDA check).
+    """
     started = time.monotonic()
     root = config.engine_prefix(prefix)
-    existing = _existing(root, options, force)
+    existing = _existing(root, options, force, say)
     if existing is not None:
         if not existing.pycaffe:
             ensure_pycaffe_modules(say)
@@ -75,7 +83,8 @@ def install(
                 f"pycaffe in {root} does not import in {sys.executable}: {existing.pycaffe_error} "
                 "— rerun with --force to rebuild it against this Python"
             )
-        link_pycaffe(existing, say)
+        if link:
+            link_pycaffe(existing, say)
         return InstallResult(existing, True, time.monotonic() - started, None)
 
     logs = config.cache_home() / "logs"
@@ -103,13 +112,19 @@ def install(
         _swap_into_place(staged, root, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    engine = locate(root)
-    link_pycaffe(engine, say)
+    engine = locate(root, probe=link)
+    if link:
+        link_pycaffe(engine, say)
     return InstallResult(engine, False, time.monotonic() - started, log)
 
 
-def _existing(root: Path, options: BuildOptions, force: bool) -> EngineInfo | None:
-    """The working install at ``root`` built with ``options``; raise if another thing is there."""
+def _existing(root: Path, options: BuildOptions, force: bool,
+              say: Callable[[str], None] = print) -> EngineInfo | None:
+    """The working install at ``root`` built with ``options``; raise if another thing is there.
+
+    An engine built from an older recipe (other project patches) is rebuilt: the patches are
+    part of what the engine is.
+    """
     try:
         engine = locate(root)
     except EngineNotFound:
@@ -120,6 +135,11 @@ def _existing(root: Path, options: BuildOptions, force: bool) -> EngineInfo | No
         raise EngineCorrupt(f"{e}; nothing was changed") from None
     if force:
         return None
+    recorded = [(p.get("name"), p.get("sha256")) for p in engine.manifest.get("patches", [])
+                if p.get("origin") == "caffetool"]
+    if recorded != project_patches():
+        say(f"the engine at {root} was built with other caffetool patches; rebuilding it")
+        return None
     built = engine.manifest.get("options")
     if built != options.as_dict():
         raise ConfigError(
@@ -127,6 +147,10 @@ def _existing(root: Path, options: BuildOptions, force: bool) -> EngineInfo | No
             "rerun with --force to rebuild it, or choose another --prefix"
         )
     return engine
+
+
+def project_patches() -> list[tuple[str, str]]:
+    return [(name, sha256_file(PATCH_DIR / name)) for name in PROJECT_PATCHES]
 
 
 def _build(

@@ -68,6 +68,8 @@ PATCH_DIR = Path(__file__).with_name("patches")
 # are applied to every build and every manifest lists the same series.
 PROJECT_PATCHES: tuple[str, ...] = (
     "0001-protobuf-3.21-SetTotalBytesLimit.patch",
+    "0002-cudnn-8-algorithm-selection.patch",
+    "0003-cuda-13-device-query.patch",
 )
 
 # Debian/Ubuntu packages needed to fetch, patch and build the engine (CPU or CUDA: CUDA itself

@@ -16,7 +16,7 @@ from caffetool.nets.solver import SolverOptions
 from caffetool.quickstart import prepare_data
 from caffetool.train import session
 from caffetool.train.session import TrainRequest
-from caffetool.tasks import data, demo, engine, memory, model, train
+from caffetool.tasks import data, demo, docker, engine, memory, model, train
 from caffetool.tasks._common import pick, task
 
 
@@ -57,4 +57,5 @@ ns.add_collection(model.ns)
 ns.add_collection(train.ns)
 ns.add_collection(demo.ns)
 ns.add_collection(memory.ns)
+ns.add_collection(docker.ns)
 ns.configure(TASK_DEFAULTS)

@@ -90,4 +90,17 @@ def check(c, prefix=None, iterations=50):
           f"loss {result.first_loss:.4f} -> {result.last_loss:.4f}")
 
 
-ns = Collection("engine", install, info, check)
+@task(name="compile-check", help={"cuda_arch": "compute capabilities (CUDA 13: 75 and newer)",
+                                  "jobs": "parallel compile jobs", "source": "folder or URL with the tarballs"})
+def compile_check_(c, cuda_arch="75 80 86 89 90", jobs=0, source=None):
+    """Compile-only GPU build (CUDA 13 nvcc, cuDNN 9, NCCL 2 from PyPI wheels), into a side prefix."""
+    from caffetool.engine.compile_check import compile_check  # noqa: PLC0415
+
+    r = compile_check(tuple(cuda_arch.split()), jobs or None, pick(source, c.engine.source))
+    print(f"built in {r.seconds:.0f} s into {r.prefix} (not linked into Python)")
+    print(f"CUDA objects compiled: {r.cu_objects}")
+    print(f"caffe --version: {r.version}")
+    print(f"caffe device_query -gpu 0: {r.device_query}")
+
+
+ns = Collection("engine", install, info, check, compile_check_)

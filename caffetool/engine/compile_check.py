@@ -1,0 +1,57 @@
+"""The compile-only GPU build: the engine recipe with CUDA, cuDNN and NCCL on, built here.
+
+It proves, without a GPU, that the project's patches let BVLC Caffe compile against current CUDA
+(13.0, the nvcc on these machines), cuDNN 9 and NCCL 2: every ``.cu`` file is compiled for the
+architecture list and ``libcaffe``, the ``caffe`` binary and pycaffe are linked. The result is
+installed into a side prefix (never linked into Python), whose ``caffe --version`` must run and
+whose ``caffe device_query`` must fail for want of a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from caffetool import config
+from caffetool.engine import cudakit
+from caffetool.engine.install import install
+from caffetool.engine.recipe import BuildOptions
+
+# CUDA 13 compiles for Turing and newer only (Volta's 70 was dropped); the Docker images, on CUDA 12,
+# add 70.
+CUDA13_ARCH = ("75", "80", "86", "89", "90")
+
+
+@dataclass
+class CheckResult:
+    prefix: Path
+    cu_objects: int
+    cu_sources: int
+    seconds: float
+    version: str
+    device_query: str
+    log: Path | None
+
+
+def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, source: str | None = None,
+                  say=print) -> CheckResult:
+    kit = cudakit.assemble(config.cache_home() / "cuda-toolkit-13", config.cache_home() / "cuda-wheels")
+    prefix = config.cache_home() / "engine-cuda-check"
+    options = BuildOptions(cuda=True, cudnn=True, nccl=True, cuda_arch=arch, extra_cmake=(
+        f"-DCUDA_TOOLKIT_ROOT_DIR={kit}", f"-DCUDNN_ROOT={kit}",
+        f"-DNCCL_INCLUDE_DIR={kit / 'include'}", f"-DNCCL_LIBRARIES={kit / 'lib64' / 'libnccl.so'}"))
+    say(f"CUDA toolkit folder: {kit}")
+    result = install(prefix=prefix, options=options, source_location=source, jobs=jobs, force=True,
+                     say=say, link=False)
+    log = Path(result.engine.prefix / "share" / "caffetool" / "build.log")
+    text = log.read_text(errors="replace")
+    objects = len(set(re.findall(r"Building NVCC \(Device\) object (\S+)", text)))
+    sources = len(re.findall(r"\.cu\b", "\n".join(re.findall(r"Building NVCC \(Device\) object \S+", text))))
+    caffe = result.engine.prefix / "bin" / "caffe"
+    version = subprocess.run([str(caffe), "--version"], capture_output=True, text=True)
+    query = subprocess.run([str(caffe), "device_query", "-gpu", "0"], capture_output=True, text=True)
+    last = (query.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return CheckResult(result.engine.prefix, objects, sources, result.seconds, version.stdout.strip(),
+                       f"exit {query.returncode}: {last}", result.log)
