@@ -28,7 +28,6 @@ CUDA13_ARCH = ("75", "80", "86", "89", "90")
 class CheckResult:
     prefix: Path
     cu_objects: int
-    cu_sources: int
     seconds: float
     version: str
     device_query: str
@@ -48,10 +47,10 @@ def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, 
     log = Path(result.engine.prefix / "share" / "caffetool" / "build.log")
     text = log.read_text(errors="replace")
     objects = len(set(re.findall(r"Building NVCC \(Device\) object (\S+)", text)))
-    sources = len(re.findall(r"\.cu\b", "\n".join(re.findall(r"Building NVCC \(Device\) object \S+", text))))
     caffe = result.engine.prefix / "bin" / "caffe"
     version = subprocess.run([str(caffe), "--version"], capture_output=True, text=True)
     query = subprocess.run([str(caffe), "device_query", "-gpu", "0"], capture_output=True, text=True)
-    last = (query.stderr.strip().splitlines() or ["(no output)"])[-1]
-    return CheckResult(result.engine.prefix, objects, sources, result.seconds, version.stdout.strip(),
-                       f"exit {query.returncode}: {last}", result.log)
+    lines = query.stderr.strip().splitlines() or ["(no output)"]
+    fatal = next((line.split("] ", 1)[-1] for line in lines if line.startswith("F")), lines[-1])
+    return CheckResult(result.engine.prefix, objects, result.seconds, version.stdout.strip(),
+                       f"exit {query.returncode}: {fatal}", result.log)
