@@ -12,7 +12,7 @@ from caffetool.data import db, layout
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import ConfigError
-from caffetool.nets import build, check, generate, model, prototxt, solver
+from caffetool.nets import generate, model, prototxt, solver
 
 MODELS = model.discover()
 

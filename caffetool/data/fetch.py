@@ -126,7 +126,7 @@ def obtain(spec: DatasetSpec, source: str | None, timeout: float, progress: bool
                 continue
             try:
                 if kind == "url":
-                    download.download(origin, target, lambda p, o=origin: verify(p, f, o), timeout,
+                    download.download(origin, target, lambda p, o=origin, f=f: verify(p, f, o), timeout,
                                       progress, f.size)
                 else:
                     _copy_verified(Path(origin), target, f)

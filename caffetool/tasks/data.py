@@ -49,7 +49,7 @@ def info(c, dataset=None, data_dir=None, per_class=12):
         print(f"  {k:>2} {name:<{width + 1}} {m['splits']['train']['histogram'][k]:>7} "
               f"{m['splits']['test']['histogram'][k]:>7}")
     print(f"  {'total':<{width + 4}} {ds.count('train'):>7} {ds.count('test'):>7}")
-    for role, f in m["files"].items():
+    for f in m["files"].values():
         print(f"  {f['name']:<28} sha256 {f['sha256']}  from {f['source']}")
     from caffetool.data import sheet  # noqa: PLC0415 - OpenCV only when drawing
 
