@@ -44,6 +44,7 @@ TASK_DEFAULTS: dict[str, dict[str, object]] = {
     "runs": {"dir": "runs"},
 }
 
-# System packages the test suite uses beyond the engine's: the real Fashion-MNIST files, and
-# Debian's Chromium for the browser tests (driven by Playwright through executable_path).
-TEST_PACKAGES: tuple[str, ...] = ("dataset-fashion-mnist", "chromium")
+# System packages the test suite uses beyond the engine's: the real Fashion-MNIST files, Debian's
+# Chromium for the browser tests (driven by Playwright through executable_path), and debootstrap
+# for the bare Debian root an engine bundle is proven in.
+TEST_PACKAGES: tuple[str, ...] = ("dataset-fashion-mnist", "chromium", "debootstrap")

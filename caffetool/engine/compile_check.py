@@ -35,12 +35,13 @@ class CheckResult:
 
 
 def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, source: str | None = None,
-                  say=print) -> CheckResult:
+                  extra_cmake: tuple[str, ...] = (), say=print) -> CheckResult:
     kit = cudakit.assemble(config.cache_home() / "cuda-toolkit-13", config.cache_home() / "cuda-wheels")
     prefix = config.cache_home() / "engine-cuda-check"
     options = BuildOptions(cuda=True, cudnn=True, nccl=True, cuda_arch=arch, extra_cmake=(
         f"-DCUDA_TOOLKIT_ROOT_DIR={kit}", f"-DCUDNN_ROOT={kit}",
-        f"-DNCCL_INCLUDE_DIR={kit / 'include'}", f"-DNCCL_LIBRARIES={kit / 'lib64' / 'libnccl.so'}"))
+        f"-DNCCL_INCLUDE_DIR={kit / 'include'}", f"-DNCCL_LIBRARIES={kit / 'lib64' / 'libnccl.so'}",
+        *extra_cmake))
     say(f"CUDA toolkit folder: {kit}")
     result = install(prefix=prefix, options=options, source_location=source, jobs=jobs, force=True,
                      say=say, link=False)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import platform
+from pathlib import Path
 
 from invoke import Collection
 
@@ -25,11 +27,23 @@ from caffetool.tasks._common import pick, task
         "cmake_arg": "extra CMake argument (repeatable), e.g. -DCUDA_TOOLKIT_ROOT_DIR=/opt/cuda",
         "jobs": "parallel compile jobs (default: all cores)",
         "force": "rebuild even if an install is present",
+        "bundle": "install this engine bundle (file or URL, from `engine.bundle`) instead of building",
+        "sha256": "the bundle's sha256 (default: read from BUNDLE.sha256 beside it)",
     },
 )
 def install(c, prefix=None, source=None, debian_mirror=None, cuda=False, cudnn=False, nccl=False,
-            cuda_arch="", cmake_arg=None, jobs=0, force=False):
-    """Build BVLC Caffe from Debian's pinned source and install it (idempotent)."""
+            cuda_arch="", cmake_arg=None, jobs=0, force=False, bundle=None, sha256=None):
+    """Build BVLC Caffe from Debian's pinned source and install it (idempotent), or install a bundle."""
+    if bundle:
+        from caffetool.engine import bundle as bundles  # noqa: PLC0415
+
+        done = bundles.install(bundle, pick(prefix, c.engine.prefix), sha256=sha256, force=force)
+        for note in done.notes:
+            print(f"note: {note}")
+        verb = "already installed" if done.cached else "installed from"
+        print(f"Caffe {done.engine.version} {verb} {Path(bundle).name} at {done.engine.prefix} "
+              f"({done.seconds:.1f} s)")
+        return
     cuda = cuda or cudnn or nccl
     options = BuildOptions(
         cuda=cuda, cudnn=cudnn, nccl=nccl,
@@ -75,6 +89,11 @@ def info(c, prefix=None, json_=False):
           f", BLAS {m['options'].get('blas')}")
     print(f"patches     {', '.join(p['name'] for p in m['patches'])}")
     print(f"built       {m['built_at']} in {m['timings_s']['total']} s with {m['compiler']}")
+    if b := m.get("bundle"):
+        print(f"from bundle {b['file']} (sha256 {b['sha256'][:16]}…), installed {b['installed_at']}, "
+              f"{len(b['vendored'])} vendored libraries, glibc >= {b['glibc_floor']}")
+        if b.get("cuda_libraries"):
+            print(f"CUDA libs   {b['cuda_libraries']}")
     for name, path in engine.tools.items():
         print(f"tool        {name:28} {'ok' if path else 'missing'}")
     print(f"pycaffe     {'imports' if engine.pycaffe else 'fails: ' + str(engine.pycaffe_error)}")
@@ -90,17 +109,34 @@ def check(c, prefix=None, iterations=50):
           f"loss {result.first_loss:.4f} -> {result.last_loss:.4f}")
 
 
-@task(name="compile-check", help={"cuda_arch": "compute capabilities (CUDA 13: 75 and newer)",
-                                  "jobs": "parallel compile jobs", "source": "folder or URL with the tarballs"})
-def compile_check_(c, cuda_arch="75 80 86 89 90", jobs=0, source=None):
+@task(name="compile-check", iterable=["cmake_arg"],
+      help={"cuda_arch": "compute capabilities (CUDA 13: 75 and newer)",
+            "jobs": "parallel compile jobs", "source": "folder or URL with the tarballs",
+            "cmake_arg": "extra CMake argument (repeatable), e.g. -DUSE_OPENCV=OFF for a small bundle"})
+def compile_check_(c, cuda_arch="75 80 86 89 90", jobs=0, source=None, cmake_arg=None):
     """Compile-only GPU build (CUDA 13 nvcc, cuDNN 9, NCCL 2 from PyPI wheels), into a side prefix."""
     from caffetool.engine.compile_check import compile_check  # noqa: PLC0415
 
-    r = compile_check(tuple(cuda_arch.split()), jobs or None, pick(source, c.engine.source))
+    r = compile_check(tuple(cuda_arch.split()), jobs or None, pick(source, c.engine.source),
+                      tuple(cmake_arg or ()))
     print(f"built in {r.seconds:.0f} s into {r.prefix} (not linked into Python)")
     print(f"CUDA objects compiled: {r.cu_objects}")
     print(f"caffe --version: {r.version}")
     print(f"caffe device_query -gpu 0: {r.device_query}")
 
 
-ns = Collection("engine", install, info, check, compile_check_)
+@task(help={"prefix": "engine prefix to bundle", "out": "archive path (default: a descriptive name here)",
+            "level": "zstd level, 1 (fast) to 22; default 19: smallest, about 2 minutes on 2 cores"})
+def bundle(c, prefix=None, out=None, level=19):
+    """Pack the installed engine into a relocatable, reproducible .tar.zst (with a .sha256 beside it)."""
+    from caffetool.engine import bundle as bundles  # noqa: PLC0415
+
+    r = bundles.make(pick(prefix, c.engine.prefix), out, int(level))
+    print(f"{r.path}: {r.size / 2**20:.1f} MiB, {r.files} files, sha256 {r.sha256}, built in {r.seconds:.0f} s")
+    print(f"vendored    {', '.join(r.vendored) or 'nothing'}")
+    print(f"runs on     {platform.machine()} with glibc >= {r.glibc}")
+    if r.cuda:
+        print(f"CUDA        {r.cuda['major']} for sm_{', sm_'.join(r.cuda['arch'])}; needs {' '.join(r.cuda['requirements'])}")
+
+
+ns = Collection("engine", install, info, check, compile_check_, bundle)
