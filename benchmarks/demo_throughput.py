@@ -28,7 +28,7 @@ import numpy as np
 
 from caffetool import apt
 from caffetool.data.registry import FASHION_MNIST
-from caffetool.demo import model as demo_model
+from caffetool.demo import classifier as demo_model
 from caffetool.engine import locate
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -17,10 +18,11 @@ import numpy as np
 import pytest
 
 from caffetool.data.registry import FASHION_MNIST
-from caffetool.demo import model as demo_model
+from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import ConfigError
 
 from .conftest import PROJECT
+from .test_demo_preprocess import jpeg_bomb, png_16bit_rgba
 
 FASHION_DIR = FASHION_MNIST.local_dirs[0]
 
@@ -132,6 +134,40 @@ def test_decompression_bomb_is_422(server):
     assert r.status_code == 422 and "8000x8000 pixels is over the limit" in r.json()["error"]
 
 
+def test_a_jpeg_bomb_behind_a_fill_byte_is_refused_from_its_header(server):
+    r = httpx.post(f"{server}/api/classify", content=jpeg_bomb(), timeout=5)  # decoding it takes 8-12 s
+    assert r.status_code == 422
+    assert r.json() == {"error": "image of 30000x30000 pixels is over the limit of 40,000,000 pixels"}
+
+
+def test_a_16_bit_rgba_png_is_refused_for_the_bytes_it_decodes_to(server):
+    r = httpx.post(f"{server}/api/classify", content=png_16bit_rgba(), timeout=5)
+    assert r.status_code == 422
+    assert r.json()["error"].endswith("decodes to 317,520,000 bytes, over the limit of 120,000,000 bytes")
+
+
+@pytest.mark.parametrize("body,message", [
+    (b"garbage", "malformed multipart body"),
+    (b"--xyz\r\nno colon in this header\r\n\r\nabc\r\n--xyz--\r\n", "malformed multipart body"),
+    (b'--xyz\r\nContent-Disposition: form-data; name="f"\r\n\r\nabc', "ends inside a part"),
+], ids=["no-boundary-line", "bad-part-header", "unterminated"])
+def test_a_malformed_multipart_body_is_a_json_422(server, body, message):
+    r = httpx.post(f"{server}/api/classify", content=body,
+                   headers={"Content-Type": "multipart/form-data; boundary=xyz"})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/json"
+    assert message in r.json()["error"]
+
+
+def test_an_idle_connection_is_closed_by_the_server(server):
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as idle:
+        start = time.monotonic()
+        readable, _, _ = select.select([idle], [], [], 20)
+        assert readable, "the server kept an idle connection open for 20 s"
+        assert idle.recv(1) == b""  # closed without a word: no request was started
+    assert time.monotonic() - start < 10
+
+
 def test_multipart_without_a_file_is_422(server):
     r = httpx.post(f"{server}/api/classify", files={"file": ("x.png", b"", "image/png")})
     assert r.status_code == 422
@@ -153,9 +189,9 @@ def test_concurrent_requests_are_all_answered_correctly(server, test_images):
 
 def test_backends_agree(engine, trained_run, test_images):
     images, _ = test_images
-    files = demo_model.from_run(trained_run)
-    caffe_net = demo_model.load(engine, files, "caffe")
-    opencv_net = demo_model.load(engine, files, "opencv", validate=False)
+    files = demo_classifier.from_run(trained_run)
+    caffe_net = demo_classifier.load(engine, files, "caffe")
+    opencv_net = demo_classifier.load(engine, files, "opencv", validate=False)
     from caffetool.demo import preprocess
 
     for data in images[:100]:
@@ -179,12 +215,30 @@ def test_corrupt_weights_fail_start_up(trained_run, tmp_path):
     assert err.startswith(f"Error: Caffe refused the net with weights {bad}")
 
 
+@pytest.mark.parametrize("port", ["99999", "0"])
+def test_a_port_outside_1_to_65535_is_an_error(trained_run, port):
+    done = subprocess.run([sys.executable, "-m", "invoke", "demo.serve", "--run", str(trained_run), "--port", port],
+                          cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "serving" not in done.stdout
+    assert done.stderr == f"Error: --port {port} is not a TCP port; give one from 1 to 65535\n"
+
+
+def test_a_host_other_than_loopback_is_served_with_a_warning(trained_run):
+    port = free_port()
+    child = start_server(["--run", str(trained_run), "--host", "0.0.0.0"], port)
+    stop(child)
+    assert child.stderr.read().startswith(
+        "Warning: --host 0.0.0.0 makes the demo reachable from the network, with no authentication; "
+        "--host 127.0.0.1 keeps it on this machine\n")
+    assert f"on http://0.0.0.0:{port}/" in child.stdout.read()
+
+
 def test_wrong_label_count_fails_start_up(engine, trained_run, tmp_path):
     labels = tmp_path / "labels.txt"
     labels.write_text("a\nb\n")
-    files = demo_model.ModelFiles(trained_run / "deploy.prototxt", next((trained_run / "snapshots").glob("*.caffemodel")), labels)
+    files = demo_classifier.ModelFiles(trained_run / "deploy.prototxt", next((trained_run / "snapshots").glob("*.caffemodel")), labels)
     with pytest.raises(ConfigError, match="names 2 classes, the net outputs 10"):
-        demo_model.load(engine, files)
+        demo_classifier.load(engine, files)
 
 
 def test_classify_command_and_annotations(trained_run, test_images, tmp_path):

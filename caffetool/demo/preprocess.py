@@ -6,6 +6,11 @@ background would be seen on paper), resize to the input's height and width, then
 ``DataTransformer`` arithmetic — subtract the mean, multiply by the scale. For data sets of light
 strokes on a dark ground (MNIST, Fashion-MNIST), a picture whose border is light — a photo of a
 digit on paper — is inverted first, and the result says so.
+
+Nothing is decoded before its header has been read (:mod:`.imageheader`) and found within two
+limits: pixels, which bound the work of every step, and the bytes the decoded array takes, which
+bound memory — a 16-bit RGBA pixel is 8 bytes, a grey one 1. Errors name what is wrong; which HTTP
+status each one is answered with is the server's business.
 """
 
 from __future__ import annotations
@@ -16,16 +21,23 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from caffetool.demo import imagesize
+from caffetool.demo import imageheader
 from caffetool.errors import CaffetoolError
+
+MAX_PIXELS = 40_000_000
+MAX_DECODED_BYTES = 120_000_000  # a 40-megapixel 8-bit colour image; 15 megapixels of 16-bit RGBA
 
 
 class BadImage(CaffetoolError, ValueError):
-    """An upload that is not an image the demo can use; ``status`` is the HTTP code to answer."""
+    """Data the demo cannot turn into the network's input: empty, broken, or refused."""
 
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
+
+class NotAnImage(BadImage):
+    """Data that is none of the image formats the demo reads."""
+
+
+class ImageTooLarge(BadImage):
+    """An image whose header declares more pixels, or more decoded bytes, than the limits allow."""
 
 
 @dataclass(frozen=True)
@@ -47,22 +59,10 @@ class Prepared:
     preprocess_ms: float
 
 
-def prepare(data: bytes, t: Transform, max_pixels: int) -> Prepared:
-    if not data:
-        raise BadImage("empty body: send an image (PNG, JPEG, GIF, BMP or WebP)", 422)
+def prepare(data: bytes, t: Transform, max_pixels: int = MAX_PIXELS,
+            max_decoded_bytes: int = MAX_DECODED_BYTES) -> Prepared:
     start = time.perf_counter()
-    dims = imagesize.dimensions(data)
-    if dims is not None and dims[0] * dims[1] > max_pixels:
-        raise BadImage(f"image of {dims[0]}x{dims[1]} pixels is over the limit of {max_pixels:,} pixels", 422)
-    try:
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    except cv2.error as e:
-        raise BadImage(f"the image could not be decoded ({str(e).strip().splitlines()[-1]})", 422) from None
-    if image is None:
-        raise BadImage("the body is not an image OpenCV can decode (PNG, JPEG, GIF, BMP, WebP, ...)", 415)
-    if image.shape[0] * image.shape[1] > max_pixels:
-        raise BadImage(f"image of {image.shape[1]}x{image.shape[0]} pixels is over the limit of "
-                       f"{max_pixels:,} pixels", 422)
+    image = decode(data, max_pixels, max_decoded_bytes)
     decoded = time.perf_counter()
     image = _to_channels(_to_uint8(image), t.channels)
     if image.shape[:2] != (t.height, t.width):
@@ -77,6 +77,39 @@ def prepare(data: bytes, t: Transform, max_pixels: int) -> Prepared:
     chw *= np.float32(t.scale)
     done = time.perf_counter()
     return Prepared(chw[None], image, inverted, (decoded - start) * 1e3, (done - decoded) * 1e3)
+
+
+def decode(data: bytes, max_pixels: int = MAX_PIXELS, max_decoded_bytes: int = MAX_DECODED_BYTES) -> np.ndarray:
+    """The image as OpenCV decodes it (``IMREAD_UNCHANGED``), once its header is within the limits."""
+    header = check_header(data, max_pixels, max_decoded_bytes)
+    try:
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error as e:
+        raise BadImage(f"the {header.format} image could not be decoded "
+                       f"({str(e).strip().splitlines()[-1]})") from None
+    if image is None:
+        raise BadImage(f"the {header.format} image could not be decoded (damaged or truncated)")
+    return image
+
+
+def check_header(data: bytes, max_pixels: int, max_decoded_bytes: int) -> imageheader.Header:
+    """The header of ``data``, read without decoding, when it is an image within both limits."""
+    if not data:
+        raise BadImage("empty body: send an image (PNG, JPEG, GIF, BMP or WebP)")
+    try:
+        header = imageheader.read(data)
+    except imageheader.DecompressionBombError as e:
+        raise ImageTooLarge(f"image over the limit of {max_pixels:,} pixels ({e})") from None
+    if header is None:
+        raise NotAnImage("the body is not an image the demo reads (PNG, JPEG, GIF, BMP or WebP)")
+    size = f"{header.width}x{header.height} pixels"
+    if header.pixels > max_pixels:
+        raise ImageTooLarge(f"image of {size} is over the limit of {max_pixels:,} pixels")
+    if header.decoded_bytes > max_decoded_bytes:
+        channels = f"{header.channels} channel{'s' if header.channels > 1 else ''} of {header.sample_bits} bits"
+        raise ImageTooLarge(f"image of {size}, {channels}, decodes to {header.decoded_bytes:,} bytes, "
+                            f"over the limit of {max_decoded_bytes:,} bytes")
+    return header
 
 
 def _to_uint8(image: np.ndarray) -> np.ndarray:

@@ -1,45 +1,84 @@
-"""Starting the demo server: the model is loaded (and checked) once, before the port opens.
+"""Starting the demo server: options checked and the model loaded (and checked) before the port opens.
 
 With ``workers > 1`` uvicorn starts that many processes; each loads the model itself (nets are
 not shared across processes), from the description passed in an environment variable.
+Connections are held by :class:`.protocol.DeadlineProtocol`: idle ones are closed after
+``KEEP_ALIVE_TIMEOUT`` seconds, requests not received within its ``request_timeout`` get 408.
+The demo has no authentication: bound to anything but loopback, it says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
-from caffetool.demo import model as demo_model
+from caffetool.demo import classifier as demo_classifier
+from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.server import create_app
 from caffetool.engine import EngineInfo, locate
+from caffetool.errors import ConfigError
 
 CONFIG_VARIABLE = "CAFFETOOL_DEMO_CONFIG"
+KEEP_ALIVE_TIMEOUT = 5  # seconds a connection may wait for its first request, or its next one
 
 
-def serve(engine: EngineInfo, files: demo_model.ModelFiles, backend: str, host: str, port: int,
+def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, host: str, port: int,
           max_body: int, workers: int = 1) -> None:
-    classifier = demo_model.load(engine, files, backend)  # fails start-up on a bad model
+    check_port(port)
+    classifier = demo_classifier.load(engine, files, backend)  # fails start-up on a bad model
+    warning = network_warning(host)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     print(f"serving {classifier.name} ({backend}) on http://{host}:{port}/ — Ctrl-C stops", flush=True)
     if workers <= 1:
-        uvicorn.run(create_app(classifier, max_body), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(classifier, max_body), **uvicorn_options(host, port))
         return
     os.environ[CONFIG_VARIABLE] = json.dumps({
         "prefix": str(engine.prefix), "backend": backend, "max_body": max_body,
         "files": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()},
     })
-    uvicorn.run("caffetool.demo.serving:app_from_environment", factory=True, host=host, port=port,
-                workers=workers, log_level="warning")
+    uvicorn.run("caffetool.demo.serving:app_from_environment", factory=True, workers=workers,
+                **uvicorn_options(host, port))
+
+
+def check_port(port: int) -> None:
+    """Refuse what is not a TCP port before the model loads: uvicorn would listen somewhere else."""
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port {port} is not a TCP port; give one from 1 to 65535")
+
+
+def network_warning(host: str) -> str | None:
+    """A warning when ``host`` is not loopback; a host name other than localhost counts as network."""
+    if host == "localhost" or _is_loopback_address(host):
+        return None
+    return (f"Warning: --host {host} makes the demo reachable from the network, with no authentication; "
+            "--host 127.0.0.1 keeps it on this machine")
+
+
+def _is_loopback_address(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def uvicorn_options(host: str, port: int) -> dict[str, Any]:
+    return {"host": host, "port": port, "log_level": "warning", "http": DeadlineProtocol,
+            "timeout_keep_alive": KEEP_ALIVE_TIMEOUT}
 
 
 def app_from_environment():
     """uvicorn worker entry point: rebuild the app from CONFIG_VARIABLE (already validated)."""
     config = json.loads(os.environ[CONFIG_VARIABLE])
     f = config["files"]
-    files = demo_model.ModelFiles(**{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v)
-                                     for k, v in f.items()})
-    classifier = demo_model.load(locate(config["prefix"], probe=False), files, config["backend"], validate=False)
+    files = demo_classifier.ModelFiles(**{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v)
+                                          for k, v in f.items()})
+    classifier = demo_classifier.load(locate(config["prefix"], probe=False), files, config["backend"], validate=False)
     return create_app(classifier, config["max_body"])

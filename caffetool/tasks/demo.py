@@ -6,7 +6,7 @@ from pathlib import Path
 
 from invoke import Collection
 
-from caffetool.demo import model as demo_model
+from caffetool.demo import classifier as demo_classifier
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
 from caffetool.tasks._common import pick, task
@@ -20,15 +20,15 @@ MODEL_HELP = {
 }
 
 
-def model_files(c, run, deploy, weights, labels, mean, scale, runs_dir) -> demo_model.ModelFiles:
+def model_files(c, run, deploy, weights, labels, mean, scale, runs_dir) -> demo_classifier.ModelFiles:
     if deploy:
         if not (weights and labels):
             raise ConfigError("--deploy needs --weights and --labels too")
-        return demo_model.ModelFiles(Path(deploy), Path(weights), Path(labels), Path(mean) if mean else None,
-                                     None if scale is None else float(scale))
+        return demo_classifier.ModelFiles(Path(deploy), Path(weights), Path(labels), Path(mean) if mean else None,
+                                          None if scale is None else float(scale))
     runs_root = Path(pick(runs_dir, c.runs.dir))
     run_dir = rundir.find(runs_root, run) if run else newest_run(runs_root)
-    files = demo_model.from_run(run_dir)
+    files = demo_classifier.from_run(run_dir)
     if weights:
         files.weights = Path(weights)
     return files
@@ -41,7 +41,7 @@ def newest_run(runs_root: Path) -> Path:
     return max(runs, key=lambda p: p.stat().st_mtime).parent.parent
 
 
-@task(help={**MODEL_HELP, "host": "address to bind (127.0.0.1: this machine only)", "port": "TCP port",
+@task(help={**MODEL_HELP, "host": "address to bind (127.0.0.1: this machine only)", "port": "TCP port (1-65535)",
             "max_body": "largest accepted body in bytes (413 past it)", "workers": "server processes"})
 def serve(c, run=None, deploy=None, weights=None, labels=None, mean=None, scale=None, backend="caffe",
           host="127.0.0.1", port=8000, max_body=10 * 1024 * 1024, workers=1, runs_dir=None):
@@ -61,7 +61,7 @@ def classify(c, images, run=None, deploy=None, weights=None, labels=None, mean=N
     from caffetool.demo.preprocess import BadImage  # noqa: PLC0415
 
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir)
-    classifier = demo_model.load(locate(c.engine.prefix, probe=False), files, backend)
+    classifier = demo_classifier.load(locate(c.engine.prefix, probe=False), files, backend)
     failures = 0
     for path in iter_images(images):
         try:

@@ -26,7 +26,6 @@ from caffetool.nets import check, prototxt
 from caffetool.train import session
 
 BACKENDS = ("caffe", "opencv")
-MAX_PIXELS = 40_000_000
 
 
 @dataclass
@@ -62,7 +61,8 @@ class Classifier:
     transform: preprocess.Transform
     labels: list[str]
     files: ModelFiles
-    max_pixels: int = MAX_PIXELS
+    max_pixels: int = preprocess.MAX_PIXELS
+    max_decoded_bytes: int = preprocess.MAX_DECODED_BYTES
     _forward: object = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -77,7 +77,7 @@ class Classifier:
             return self._forward(blob)
 
     def classify(self, data: bytes, top: int = 5, want_input: bool = False) -> dict:
-        prepared = preprocess.prepare(data, self.transform, self.max_pixels)
+        prepared = preprocess.prepare(data, self.transform, self.max_pixels, self.max_decoded_bytes)
         start = time.perf_counter()
         probs = self.probabilities(prepared.blob)
         forward_ms = (time.perf_counter() - start) * 1e3
