@@ -3,7 +3,10 @@ engine's allocations."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -11,7 +14,8 @@ from google.protobuf import text_format
 
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
-from caffetool.memory import measure, nets
+from caffetool.memory import fit as fitting
+from caffetool.memory import measure, nets, table
 
 from .test_nets import expected_params
 from .test_tasks_engine import invoke
@@ -167,6 +171,9 @@ def test_fit_answers_for_vgg16_on_a_12gb_card():
     largest = int(re.search(r"largest batch that fits: (\d+)", done.stdout).group(1))
     assert 1 <= largest < 128
     assert "does not fit" in done.stdout and "iter_size" in done.stdout and "fp16" in done.stdout
+    # the split keeps batch x iter_size at the asked 128 (51 x 3 = 153 would change the recipe)
+    assert "batch 32 with iter_size 4 (32 x 4 = 128, the same effective batch)" in done.stdout
+    assert "153" not in done.stdout
     named = invoke("memory.fit", "--model", "vgg16", "--gpu", "K40", "--batch-size", "8")
     assert "batch 8 needs" in named.stdout and ": fits" in named.stdout
 
@@ -176,12 +183,14 @@ def test_fit_refuses_an_unknown_card():
     assert done.returncode == 1 and done.stderr.startswith("Error: unknown --gpu 'Voodoo2'; known: GTX 980")
 
 
-def test_report_reproduces_the_seeds_rule_of_thumb():
+def test_report_reproduces_the_published_rule_of_thumb_and_names_its_sources():
     done = invoke("memory.report")
     assert done.returncode == 0, done.stderr
-    assert "seed: 752,877,568 parameters" in done.stdout
-    assert "ours: 752,877,568 (weights + gradients)" in done.stdout
+    assert 'published: 752,877,568 parameters (T. Dettmers, "Deep learning with GPUs", 2014)' in done.stdout
+    assert "ours:      752,877,568 (weights + gradients)" in done.stdout
     assert "VGG-16, batch 256, training" in done.stdout
+    assert 'published: about 28 GB (M. Rhu et al., "vDNN", MICRO 2016)' in done.stdout
+    assert "seed" not in done.stdout.lower()
 
 
 def test_invalid_options_are_refused(caffe):
@@ -202,3 +211,88 @@ def test_gpu_preflight_refuses_a_run_that_cannot_fit(caffe):
     small_batch = nets.load(caffe, "vgg16", None, None, None, batch=4)
     assert preflight.check(small_batch.net, options, [twelve]) < twelve
     assert preflight.check(source.net, options, []) is None
+
+
+INPUT_ONLY = 'layer {{ name: "in" type: "Input" top: "x" input_param {{ shape {{ dim: {n} dim: 1073741824 }} }} }}'
+
+
+def caffe_builds(engine, path) -> subprocess.CompletedProcess:
+    """pycaffe builds the net in a child: Caffe aborts the whole process on a blob it refuses."""
+    env = {**os.environ, "GLOG_minloglevel": "0", "GLOG_logtostderr": "1", "PYTHONPATH": str(engine.python_path)}
+    return subprocess.run([sys.executable, "-c", f"import caffe; caffe.Net({str(path)!r}, caffe.TEST)"],
+                          capture_output=True, text=True, env=env)
+
+
+def test_a_blob_past_int_max_is_refused_where_caffe_refuses_it(caffe, engine, tmp_path):
+    """2 x 2**30 elements is one past INT_MAX: Caffe aborts, the estimator refuses; 1 x 2**30 both build."""
+    for n in (1, 2):
+        (tmp_path / f"{n}.prototxt").write_text(INPUT_ONLY.format(n=n))
+    assert caffe_builds(engine, tmp_path / "1.prototxt").returncode == 0
+    refused = caffe_builds(engine, tmp_path / "2.prototxt")
+    assert refused.returncode != 0 and "blob size exceeds INT_MAX" in refused.stderr
+    est.estimate(parse(caffe, INPUT_ONLY.format(n=1)), est.Options(phase="test"))
+    with pytest.raises(ConfigError) as err:
+        est.estimate(parse(caffe, INPUT_ONLY.format(n=2)), est.Options(phase="test"), source="in.prototxt")
+    assert str(err.value) == ("in.prototxt: blob 'x' would hold 2x1073741824 = 2,147,483,648 elements at batch 2, "
+                              "more than the 2,147,483,647 (INT_MAX) a Caffe blob can hold; the largest batch "
+                              "within that limit is 1 (--batch-size 1)")
+
+
+def test_estimate_task_refuses_a_batch_caffe_cannot_build():
+    done = invoke("memory.estimate", "--model", "vgg16", "--batch-size", "1000")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "Error: model vgg16: blob 'conv1_1' would hold 1000x64x224x224 = 3,211,264,000 elements at batch 1000, "
+        "more than the 2,147,483,647 (INT_MAX) a Caffe blob can hold; the largest batch within that limit is 668 "
+        "(--batch-size 668)")
+    assert invoke("memory.estimate", "--model", "vgg16", "--batch-size", "668").returncode == 0
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--gpu-memory", "0"], "Error: --gpu-memory must be more than 0 bytes: give the card's memory, e.g. 12GiB"),
+    (["--gpu-memory", "1B"], "Error: --reserve 400.0 MiB leaves nothing of the card's 1 byte (--gpu-memory); "
+                             "give the card's real size (e.g. 12GiB) or a smaller --reserve"),
+    (["--gpu-memory", "12GiB", "--reserve", "20GiB"],
+     "Error: --reserve 20,480.0 MiB leaves nothing of the card's 12,288.0 MiB (--gpu-memory); "
+     "give the card's real size (e.g. 12GiB) or a smaller --reserve"),
+])
+def test_fit_refuses_a_card_with_no_memory_left(flags, message):
+    done = invoke("memory.fit", "--model", "lenet", *flags)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == message
+
+
+@pytest.mark.parametrize("batch,largest,split", [(128, 51, (32, 4)), (128, 200, (128, 1)), (96, 40, (32, 3)),
+                                                 (127, 51, (1, 127)), (100, 30, (25, 4))])
+def test_the_batch_is_split_exactly(batch, largest, split):
+    part, k = fitting.exact_split(batch, largest)
+    assert (part, k) == split and part * k == batch and part <= largest
+
+
+def test_fit_keeps_an_asked_iter_size_in_the_effective_batch(caffe):
+    source = nets.load(caffe, "vgg16", None, None, None, batch=64)
+    options = est.Options(input_shape=source.input_shape, iter_size=2)
+    f = fitting.fit(source.net, options, 12 * 2**30, 400 * 2**20)
+    split = next(c for c in f.changes if "iter_size" in c.name)
+    assert split.name == "batch 32 with iter_size 4 (32 x 4 = 128, the same effective batch)" and split.fits
+    assert "instead of 2" in split.cost
+
+
+def test_the_largest_batch_stops_at_caffes_blob_limit(caffe):
+    source = nets.load(caffe, "lenet", None, None, None, batch=64)
+    options = est.Options(input_shape=source.input_shape)
+    f = fitting.fit(source.net, options, 80 * 2**30, 400 * 2**20)
+    assert f.largest_batch == (2**31 - 1) // (20 * 24 * 24) == f.blob_limit_batch  # conv1's top per sample
+    assert f.limited_by_blobs
+    lines = table.fit_lines("lenet", "H100", options, f)
+    assert lines[1] == ("  largest batch that fits: 186413 (Caffe's limit of INT_MAX elements per blob; "
+                        "the memory would hold more)")
+
+
+def test_fit_says_when_no_batch_fits(caffe):
+    source = nets.load(caffe, "vgg16", None, None, None, batch=64)
+    options = est.Options(input_shape=source.input_shape)
+    f = fitting.fit(source.net, options, 300 * 2**20, 0)
+    assert f.largest_batch == 0 and not any("iter_size" in c.name for c in f.changes)
+    assert table.fit_lines("vgg16", "300MiB", options, f)[1] == (
+        "  no batch fits: even batch 1 needs more than the 300.0 MiB available")

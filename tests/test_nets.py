@@ -149,6 +149,40 @@ def test_invalid_solver_values_are_refused(options, message):
     assert str(err.value).startswith(message)
 
 
+@pytest.mark.parametrize("flags,message", [
+    (dict(iter_size="0"), "--iter-size must be a number of batches from 1 to 2147483647, got 0"),
+    (dict(momentum="-1"), "--momentum must be a decay factor from 0 to just below 1, got -1.0"),
+    (dict(momentum="1"), "--momentum must be a decay factor from 0 to just below 1, got 1.0"),
+    (dict(gamma="-5"), "--gamma must be an lr factor above 0, got -5.0"),
+    (dict(weight_decay="-1"), "--weight-decay must be a penalty of 0 or more, got -1.0"),
+    (dict(test_iter="0"), "--test-iter must be a number of batches from 1 to 2147483647, got 0"),
+    (dict(lr_policy="step", gamma="0.1", stepsize="0"), "--stepsize must be an iteration count from 1 to 2147483647, got 0"),
+    (dict(lr_policy="multistep", gamma="0.1", stepvalue=["0", "10"]), "--stepvalue must be an iteration from 1 to 2147483647, got 0"),
+    (dict(max_iter=str(2**31)), "--max-iter must be an iteration count from 1 to 2147483647, got 2147483648"),
+    (dict(solver="adam", momentum2="1.5"), "--momentum2 must be a decay factor from 0 to just below 1, got 1.5"),
+    (dict(solver="rmsprop", rms_decay="-0.1"), "--rms-decay must be a decay factor from 0 to just below 1, got -0.1"),
+    (dict(solver="adam", delta="0"), "--delta must be a stability term above 0, got 0.0"),
+    (dict(random_seed="-3"), "--random-seed must be a seed from 0 to 9223372036854775807, got -3"),
+    (dict(base_lr="abc"), "--base-lr 'abc' is not a number"),
+    (dict(max_iter="1.5"), "--max-iter '1.5' is not a whole number"),
+    (dict(solver="adm"), "unknown --solver 'adm'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"),
+])
+def test_out_of_range_flags_are_refused_with_flag_value_and_range(flags, message):
+    with pytest.raises(ConfigError) as err:
+        solver.SolverOptions.from_flags(**flags)
+    assert str(err.value) == message
+
+
+def test_flags_become_options_in_caffes_spelling():
+    options = solver.SolverOptions.from_flags(solver="adam", lr_policy="Step", gamma="0.5", stepsize="100",
+                                              iter_size="2", stepvalue=[], mode="GPU", max_iter=None)
+    assert (options.type, options.lr_policy, options.mode, options.iter_size) == ("Adam", "step", "gpu", 2)
+    assert (options.gamma, options.stepsize, options.max_iter) == (0.5, 100, None)
+    assert solver.SolverOptions.from_flags().iter_size == 1  # --iter-size absent: Caffe's default
+    # sigmoid's gamma is a slope, so a negative one is meaningful there
+    assert solver.SolverOptions.from_flags(lr_policy="sigmoid", gamma="-0.01", stepsize="100").gamma == -0.01
+
+
 @pytest.mark.parametrize("solver_type", list(solver.SOLVER_TYPES))
 @pytest.mark.parametrize("policy,extra", [("fixed", {}), ("step", dict(gamma=0.1, stepsize=100)),
                                           ("multistep", dict(gamma=0.1, stepvalue=[100, 200])),

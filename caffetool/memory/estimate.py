@@ -17,6 +17,10 @@ net after a forward and backward pass, and its TEST net after a test pass) or ru
   cuDNN a workspace per convolution (the configured limit x group x 3 streams) instead of im2col;
 * CPU mode: glibc's own rounding of each allocation (16-byte chunks, whole pages above 128 KiB),
   so the figure can be compared with what malloc reports.
+
+A net Caffe could not build is refused rather than estimated: Caffe's ``Blob::Reshape`` aborts on a
+blob of more than INT_MAX elements, so an activation or a parameter past that limit is named with
+the largest batch that stays within it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from caffetool.choices import INT32_MAX, choose
 from caffetool.errors import ConfigError
 from caffetool.memory import graph as graphs
 from caffetool.memory.layers import Shape, count
@@ -34,6 +39,8 @@ CUDNN_STREAMS_PER_GROUP = 3
 MMAP_THRESHOLD = 128 * 1024
 PAGE = 4096
 GROUPS = ("model", "feature maps", "gradient maps", "workspace")
+PHASES, MODES, DTYPES = ("train", "test"), ("cpu", "gpu"), ("fp32", "fp16")
+BLOB_LIMIT = INT32_MAX  # Blob::Reshape: CHECK_LE(count_, INT_MAX) << "blob size exceeds INT_MAX"
 
 
 @dataclass
@@ -49,6 +56,13 @@ class Options:
     cudnn_workspace_mb: float = 8.0
     input_shape: Shape | None = None
     test_net: bool = True  # training: count the solver's TEST net (its activations; weights shared)
+
+    def __post_init__(self) -> None:
+        """Names in their canonical spelling (``--solver adam`` is Adam), so tables can be indexed by them."""
+        self.phase = choose(self.phase, PHASES, "--phase")
+        self.mode = choose(self.mode, MODES, "--mode")
+        self.solver = choose(self.solver, HISTORY, "--solver")
+        self.dtype = choose(self.dtype, DTYPES, "--dtype")
 
 
 @dataclass
@@ -90,16 +104,9 @@ class Estimate:
 
 
 def _check(o: Options) -> None:
-    if o.phase not in ("train", "test"):
-        raise ConfigError(f"unknown --phase {o.phase!r}; choose one of: train, test")
-    if o.mode not in ("cpu", "gpu"):
-        raise ConfigError(f"unknown --mode {o.mode!r}; choose one of: cpu, gpu")
-    if o.solver not in HISTORY:
-        raise ConfigError(f"unknown --solver {o.solver!r}; choose one of: {', '.join(HISTORY)}")
-    if o.dtype not in ("fp32", "fp16"):
-        raise ConfigError(f"unknown --dtype {o.dtype!r}; choose one of: fp32, fp16")
-    if o.batch is not None and o.batch < 1:
-        raise ConfigError(f"--batch-size must be at least 1, got {o.batch}")
+    for flag, value in (("--batch-size", o.batch), ("--test-batch-size", o.test_batch)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
     if o.iter_size < 1:
         raise ConfigError(f"--iter-size must be at least 1, got {o.iter_size}")
 
@@ -112,11 +119,13 @@ def estimate(net, options: Options, text: str | None = None, source: str = "net"
     float_size = 2 if o.dtype == "fp16" else 4
     training = o.phase == "train"
     main = graphs.build(net, o.phase, o.input_shape, o.batch, text, source)
+    _check_blob_sizes(main, source, "batch", "--batch-size")
     ledger = _Ledger(float_size)
     rows = _account(main, o, ledger, train_net=training, forward=True)
     test_rows: list[Row] = []
     if training and o.test_net and any(graphs.included(layer, 1) and layer.type == "Data" for layer in net.layer):
         test = graphs.build(net, "test", o.input_shape, o.test_batch, text, source)
+        _check_blob_sizes(test, source, "test batch", "the TEST Data layer's batch_size")
         test_rows = _account(test, o, ledger, train_net=False, forward=True, shared_params=True)
     groups = {
         "model": sum(r.param_bytes + r.grad_bytes + r.history_bytes for r in rows),
@@ -127,6 +136,37 @@ def estimate(net, options: Options, text: str | None = None, source: str = "net"
     allocator = ledger.allocator_overhead() if o.mode == "cpu" else 0
     return Estimate(o, rows, test_rows, groups, ledger.pinned, allocator, ledger.sizes,
                     graphs.param_count(main), sum(r.macc for r in rows), time.perf_counter() - start)
+
+
+def largest_buildable_batch(net, options: Options, text: str | None = None) -> int:
+    """The largest batch whose every activation stays within Caffe's INT_MAX elements per blob."""
+    return _buildable(graphs.build(net, options.phase, options.input_shape, 1, text))
+
+
+def _buildable(g: graphs.Graph) -> int:
+    """Activations lead with the batch, so each allows INT_MAX // (its elements per sample)."""
+    return min((BLOB_LIMIT // count(shape[1:]) for shape in g.shapes.values() if shape), default=BLOB_LIMIT)
+
+
+def _check_blob_sizes(g: graphs.Graph, source: str, what: str, flag: str) -> None:
+    """Refuse what Caffe's ``Blob::Reshape`` would abort on, naming the blob and a batch that fits."""
+    for node in g.nodes:
+        for shape in node.info.params:
+            if count(shape) > BLOB_LIMIT:
+                raise ConfigError(f"{source}: layer {node.name!r} has {_elements(shape)} weights in one blob, more "
+                                  f"than the {BLOB_LIMIT:,} (INT_MAX) Caffe allows, at any batch size")
+    blob, shape = max(g.shapes.items(), key=lambda item: count(item[1]), default=("", ()))
+    if count(shape) <= BLOB_LIMIT:
+        return
+    largest = _buildable(g)
+    fix = (f"the largest {what} within that limit is {largest} ({flag} {largest})" if largest
+           else f"no {what} is: one sample alone is past the limit")
+    raise ConfigError(f"{source}: blob {blob.split('@')[0]!r} would hold {_elements(shape)} elements at {what} "
+                      f"{shape[0]}, more than the {BLOB_LIMIT:,} (INT_MAX) a Caffe blob can hold; {fix}")
+
+
+def _elements(shape: Shape) -> str:
+    return f"{'x'.join(map(str, shape))} = {count(shape):,}"
 
 
 class _Ledger:

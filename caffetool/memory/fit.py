@@ -1,8 +1,11 @@
 """``memory.fit``: the largest batch that fits a GPU, and what to change when the wanted one does not.
 
 Every answer comes from the estimator in GPU mode: the batch from ``memory = fixed + batch x
-per-sample`` (checked with a full estimate), each change by estimating the changed net. Changes are
-ranked by the bytes they save, each with its cost.
+per-sample`` (checked with a full estimate, and never past what Caffe can build: INT_MAX elements
+per blob), each change by estimating the changed net. Changes are ranked by the bytes they save,
+each with its cost. Splitting the batch over ``iter_size`` passes is only offered in a form that
+keeps batch x iter_size equal to what was asked, so the advice never changes the training recipe.
+A card with no memory left after the reserve is refused: no batch could be an answer.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 
+from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
 
 PCIE_BYTES_PER_S = 12e9  # PCIe 3.0 x16, what vDNN-style offload can use in practice
@@ -32,19 +36,28 @@ class Fit:
     wanted_bytes: int
     fits: bool
     changes: list[Change]
+    blob_limit_batch: int = 0  # the largest batch Caffe can build at all (INT_MAX elements per blob)
+
+    @property
+    def limited_by_blobs(self) -> bool:
+        """Whether Caffe's blob limit, not the card's memory, sets the largest batch."""
+        return 0 < self.largest_batch == self.blob_limit_batch
 
 
 def largest_batch(net, options: est.Options, budget: int, text: str | None = None) -> int:
+    """The largest batch within ``budget`` bytes that Caffe can also build (0 when none fits)."""
     fixed, per_sample = est.per_sample(net, options, text)
     if per_sample <= 0 or fixed > budget:
         return 0
-    batch = max(0, (budget - fixed) // per_sample)
+    batch = min(max(0, (budget - fixed) // per_sample), est.largest_buildable_batch(net, options, text))
     while batch > 0 and est.estimate(net, replace(options, batch=batch), text).total > budget:
         batch -= 1
     return int(batch)
 
 
 def fit(net, options: est.Options, capacity: int, reserve: int, text: str | None = None) -> Fit:
+    """Whether the asked batch fits ``capacity`` bytes less ``reserve``, and the changes if it does not."""
+    check_budget(capacity, reserve)
     options = replace(options, mode="gpu")
     budget = capacity - reserve
     wanted = est.estimate(net, options, text)
@@ -52,18 +65,38 @@ def fit(net, options: est.Options, capacity: int, reserve: int, text: str | None
     best = largest_batch(net, options, budget, text)
     changes = [] if wanted.total <= budget else _changes(net, options, wanted, batch, best, budget, text)
     return Fit(capacity, reserve, best, batch, wanted.total, wanted.total <= budget,
-               sorted(changes, key=lambda c: -c.saves))
+               sorted(changes, key=lambda c: -c.saves), est.largest_buildable_batch(net, options, text))
+
+
+def check_budget(capacity: int, reserve: int) -> None:
+    """Refuse a card that leaves nothing for the net: "largest batch 0" would be no answer at all."""
+    if capacity <= 0:
+        raise ConfigError("--gpu-memory must be more than 0 bytes: give the card's memory, e.g. 12GiB")
+    if reserve >= capacity:
+        raise ConfigError(f"--reserve {_size(reserve)} leaves nothing of the card's {_size(capacity)} "
+                          "(--gpu-memory); give the card's real size (e.g. 12GiB) or a smaller --reserve")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} byte{'' if n == 1 else 's'}"
+
+
+def exact_split(batch: int, largest: int) -> tuple[int, int]:
+    """(smaller batch, iter_size) with smaller x iter_size == ``batch`` exactly: the smallest
+    iter_size that divides the batch and leaves a part no larger than ``largest`` (>= 1).
+
+    Rounding up instead (51 x 3 = 153 for 128) would train with another effective batch, and so
+    another learning-rate schedule, than the one asked for.
+    """
+    k = next(k for k in range(1, batch + 1) if batch % k == 0 and batch // k <= largest)
+    return batch // k, k
 
 
 def _changes(net, o: est.Options, wanted: est.Estimate, batch: int, best: int, budget: int, text) -> list[Change]:
     out = []
     total = wanted.total
     if best >= 1:
-        k = -(-batch // best)
-        smaller = est.estimate(net, replace(o, batch=best, iter_size=k), text).total
-        out.append(Change(f"batch {best} with iter_size {k} (effective batch {best * k} >= {batch})",
-                          total - smaller, f"{k} forward/backward passes per update instead of 1; same gradient "
-                          "when the batch divides evenly (BatchNorm statistics see the smaller batch)", smaller <= budget))
+        out.append(_split_batch(net, o, total, batch, best, budget, text))
     half = est.estimate(net, replace(o, dtype="fp16"), text).total
     out.append(Change("fp16 storage for weights, gradients and activations", total - half,
                       "needs an fp16-capable Caffe (BVLC stores fp32); watch small gradients (loss scaling)",
@@ -82,6 +115,17 @@ def _changes(net, o: est.Options, wanted: est.Estimate, batch: int, best: int, b
     if fc:
         out.append(fc)
     return [c for c in out if c.saves > 0] + [c for c in out if c.saves <= 0]
+
+
+def _split_batch(net, o: est.Options, total: int, batch: int, best: int, budget: int,
+                 text: str | None) -> Change:
+    """The asked effective batch (batch x iter_size) as more passes of a batch that fits."""
+    effective = batch * o.iter_size
+    part, k = exact_split(effective, best)
+    smaller = est.estimate(net, replace(o, batch=part, iter_size=k), text).total
+    return Change(f"batch {part} with iter_size {k} ({part} x {k} = {effective}, the same effective batch)",
+                  total - smaller, f"{k} forward/backward passes per update instead of {o.iter_size}; the same "
+                  f"gradient (BatchNorm statistics would see batches of {part})", smaller <= budget)
 
 
 def _in_place_savings(e: est.Estimate) -> int:

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from caffetool.choices import count
 from caffetool.data.layout import Dataset
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError
@@ -45,9 +46,7 @@ def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Pat
     default_batch = model.batch if model else (64, 100)
     batch = default_batch[0] if batch is None else batch
     test_batch = default_batch[1] if test_batch is None else test_batch
-    for flag, value in (("--batch-size", batch), ("--test-batch-size", test_batch)):
-        if int(value) < 1:
-            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    batch, test_batch = count(batch, "--batch-size"), count(test_batch, "--test-batch-size")
     texts: dict[str, str] = {}
     if model is not None:
         shape = _shape(model, dataset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from caffetool.choices import INT32_MAX, choose, number
 from caffetool.errors import ConfigError
 
 LENET_RECIPE: dict[str, object] = {
@@ -41,11 +42,85 @@ LR_POLICIES: dict[str, tuple[str, ...]] = {
     "sigmoid": ("gamma", "stepsize"),
 }
 POLICY_FIELDS = {"gamma", "power", "stepsize", "stepvalue"}
+MODES = ("cpu", "gpu")
+
+
+# What Caffe can use for each number a user may set, declared as data. ``kind`` is also how the
+# flag's text is read (a count never silently loses its fraction); ints stop at Caffe's int32 fields.
+@dataclass(frozen=True)
+class Limit:
+    """The values one solver setting may take, and the words that say so in a refusal."""
+
+    what: str
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    kind: type = float
+
+    def admits(self, value: object) -> bool:
+        """Whether Caffe can use ``value``: a number of the right kind inside the range."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if self.kind is int and not isinstance(value, int):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def describe(self) -> str:
+        """The range in words: "above 0", "of 0 or more", "from 1 to 2147483647"."""
+        low, high = _show(self.low), _show(self.high)
+        if math.isinf(self.low) and math.isinf(self.high):
+            return "any finite number"
+        if math.isinf(self.high):
+            return f"above {low}" if self.low_open else f"of {low} or more"
+        return f"from {low} to {'just below ' if self.high_open else ''}{high}"
+
+
+def _show(x: float) -> str:
+    return str(int(x)) if math.isfinite(x) and float(x).is_integer() else str(x)
+
+
+def _count(what: str) -> Limit:
+    return Limit(what, 1, INT32_MAX, kind=int)
+
+
+DECAY = Limit("a decay factor", 0, 1, high_open=True)
+LIMITS: dict[str, Limit] = {
+    "base_lr": Limit("a learning rate", 0, low_open=True),
+    "gamma": Limit("an lr factor", 0, low_open=True),
+    "power": Limit("an exponent", 0),
+    "stepsize": _count("an iteration count"),
+    "momentum": DECAY,
+    "momentum2": DECAY,
+    "delta": Limit("a stability term", 0, low_open=True),
+    "rms_decay": DECAY,
+    "weight_decay": Limit("a penalty", 0),
+    "max_iter": _count("an iteration count"),
+    "iter_size": _count("a number of batches"),
+    "random_seed": Limit("a seed", 0, 2**63 - 1, kind=int),  # Caffe reads a negative seed as "unseeded"
+    "test_iter": _count("a number of batches"),
+    "test_interval": _count("an interval"),
+    "snapshot": _count("an interval"),
+    "display": _count("an interval"),
+}
+STEPVALUE = _count("an iteration")
+# sigmoid's gamma is a slope: negative values make the rate fall, so any finite value is meaningful.
+POLICY_LIMITS: dict[tuple[str, str], Limit] = {("sigmoid", "gamma"): Limit("a slope")}
+
+
+def flag(key: str) -> str:
+    """The command-line spelling of a setting: ``iter_size`` → ``--iter-size``."""
+    return f"--{key.replace('_', '-')}"
 
 
 @dataclass
 class SolverOptions:
-    """What a user may set; None means "the preset's value"."""
+    """What a user may set; None means "the preset's value".
+
+    Names are stored in Caffe's spelling whatever case they were given in (``adam`` → ``Adam``).
+    """
 
     type: str = "SGD"
     base_lr: float | None = None
@@ -68,15 +143,37 @@ class SolverOptions:
     display: int | None = None
     mode: str = "cpu"
 
+    def __post_init__(self) -> None:
+        self.type = choose(self.type, SOLVER_TYPES, "--solver")
+        if self.lr_policy is not None:
+            self.lr_policy = choose(self.lr_policy, LR_POLICIES, "--lr-policy")
+        self.mode = choose(self.mode, MODES, "--mode")
+
+    @classmethod
+    def from_flags(cls, solver: str | None = "SGD", lr_policy: str | None = None,
+                   stepvalue: list[object] | None = None, mode: str | None = "cpu",
+                   **numbers: object) -> SolverOptions:
+        """Options from command-line flags (text, or None when absent), checked in full.
+
+        Everything is refused here — a word that is no number, a value Caffe cannot use, a policy
+        without its values — so a task fails before it creates a file or a run directory.
+        """
+        unknown = sorted(set(numbers) - set(LIMITS))
+        if unknown:
+            raise TypeError(f"not solver settings: {', '.join(unknown)}")
+        given = {key: number(value, flag(key), LIMITS[key].kind) for key, value in numbers.items()}
+        options = cls(type=solver or "SGD", lr_policy=lr_policy or None, mode=mode or "cpu",
+                      stepvalue=[number(v, "--stepvalue", int) for v in stepvalue or []],
+                      **{key: value for key, value in given.items() if value is not None})
+        settle(options)
+        return options
+
 
 def settle(options: SolverOptions) -> dict[str, object]:
     """The final settings: recipe < solver type's defaults < user's values; validated."""
-    if options.type not in SOLVER_TYPES:
-        raise ConfigError(f"unknown --solver {options.type!r}; choose one of: {', '.join(SOLVER_TYPES)}")
-    settings = dict(LENET_RECIPE, **SOLVER_TYPES[options.type])
-    policy = options.lr_policy or str(settings["lr_policy"])
-    if policy not in LR_POLICIES:
-        raise ConfigError(f"unknown --lr-policy {policy!r}; choose one of: {', '.join(LR_POLICIES)}")
+    solver_type = choose(options.type, SOLVER_TYPES, "--solver")
+    settings = dict(LENET_RECIPE, **SOLVER_TYPES[solver_type])
+    policy = choose(options.lr_policy or str(settings["lr_policy"]), LR_POLICIES, "--lr-policy")
     if policy != settings["lr_policy"]:
         # A new policy takes none of the old one's numbers: gamma 0.0001 means nothing to "step".
         settings = {k: v for k, v in settings.items() if k not in POLICY_FIELDS}
@@ -88,18 +185,14 @@ def settle(options: SolverOptions) -> dict[str, object]:
     settings.update(given)
     missing = [f for f in LR_POLICIES[policy] if f not in settings]
     if missing:
-        flags = " and ".join(f"--{f}" for f in missing)
+        flags = " and ".join(flag(f) for f in missing)
         raise ConfigError(f"--lr-policy {policy} needs {flags}")
-    _check_values(options.type, settings, options.mode)
+    _check_values(solver_type, settings, options.mode)
     return settings
 
 
 def _check_values(solver_type: str, s: dict, mode: str) -> None:
-    positive = {"base_lr": "a learning rate", "max_iter": "an iteration count", "iter_size": "a count",
-                "display": "an interval", "test_interval": "an interval", "snapshot": "an interval"}
-    for key, what in positive.items():
-        if key in s and not (isinstance(s[key], (int, float)) and s[key] > 0 and math.isfinite(s[key])):
-            raise ConfigError(f"--{key.replace('_', '-')} must be {what} above 0, got {s[key]}")
+    _check_ranges(s)
     momentum = float(s.get("momentum", 0.0))
     if solver_type in NO_MOMENTUM and momentum != 0:
         raise ConfigError(f"--solver {solver_type} cannot use momentum (got --momentum {momentum}); "
@@ -109,8 +202,18 @@ def _check_values(solver_type: str, s: dict, mode: str) -> None:
                           f"(Caffe's example uses {SOLVER_TYPES[solver_type]['momentum']})")
     if s["lr_policy"] == "multistep" and list(s["stepvalue"]) != sorted(set(s["stepvalue"])):
         raise ConfigError(f"--stepvalue must be increasing, got {s['stepvalue']}")
-    if mode not in ("cpu", "gpu"):
-        raise ConfigError(f"unknown --mode {mode!r}; choose one of: cpu, gpu")
+    choose(mode, MODES, "--mode")
+
+
+def _check_ranges(s: dict) -> None:
+    """Each number against what Caffe can use; Caffe itself would accept most and fail later."""
+    for key, value in s.items():
+        limit = POLICY_LIMITS.get((str(s["lr_policy"]), key)) or LIMITS.get(key)
+        if limit is not None and not limit.admits(value):
+            raise ConfigError(f"{flag(key)} must be {limit.what} {limit.describe()}, got {value}")
+    for step in s.get("stepvalue", ()):
+        if not STEPVALUE.admits(step):
+            raise ConfigError(f"--stepvalue must be {STEPVALUE.what} {STEPVALUE.describe()}, got {step}")
 
 
 def derive_test_iter(test_count: int, test_batch: int) -> int:

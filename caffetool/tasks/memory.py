@@ -1,82 +1,61 @@
-"""``invoke memory.*``: estimate, fit, measure and the seeds' report."""
+"""``invoke memory.*``: estimate, fit, measure, and the published figures recomputed."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from typing import Any
 
 from invoke import Collection
 
+from caffetool.choices import count
 from caffetool.engine import import_caffe, locate
+from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
-from caffetool.memory import gpus, nets
+from caffetool.memory import gpus, nets, table
 from caffetool.tasks._common import task
 
 NET_HELP = {
     "model": "model name (invoke model.list)", "net": "a train/test or deploy prototxt instead",
     "batch_size": "training batch size", "solver": f"solver type: {', '.join(est.HISTORY)}",
     "phase": "train (solver: train net after forward+backward, test net after a test) or test (inference)",
-    "mode": "cpu or gpu", "dtype": "fp32 or fp16", "iter_size": "gradient accumulation",
+    "mode": "cpu or gpu", "dtype": "fp32 or fp16", "iter_size": "gradient accumulation (default 1)",
     "input_shape": "C,H,W of the images a Data layer reads (needed with --net)",
     "cudnn": "GPU mode: cuDNN convolutions (workspace instead of im2col)",
     "no_test_net": "training: leave out the solver's TEST net",
 }
 
 
-def _load(c, model, net, input_shape, batch_size, solver, phase, mode, dtype, iter_size, cudnn, test_net=True):
+def _load(c: Any, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
+          solver: str, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
+          test_net: bool = True) -> tuple[Any, nets.NetSource, est.Options]:
+    """The net and the estimator's options from the flags; numbers are checked before Caffe is loaded."""
+    batch, accumulate = count(batch_size, "--batch-size"), count(iter_size, "--iter-size") or 1
     caffe = import_caffe(locate(c.engine.prefix, probe=False))
-    batch = None if batch_size is None else int(batch_size)
     source = nets.load(caffe, model, net, input_shape, c.model.dir, batch)
-    options = est.Options(phase=phase, mode=mode, solver=solver, dtype=dtype, batch=batch,
-                          iter_size=int(iter_size), cudnn=cudnn, input_shape=source.input_shape, test_net=test_net)
+    options = est.Options(phase=phase, mode=mode, solver=solver, dtype=dtype, batch=batch, iter_size=accumulate,
+                          cudnn=cudnn, input_shape=source.input_shape, test_net=test_net)
     return caffe, source, options
 
 
-def without(*drop: str) -> dict:
+def without(*drop: str) -> dict[str, str]:
     """NET_HELP for a task that lacks some of the options."""
     return {k: v for k, v in NET_HELP.items() if k not in drop}
 
 
-def mib(n: int) -> str:
-    return f"{n / 2**20:,.1f}"
-
-
 @task(help={**NET_HELP, "json": "print the estimate as JSON", "plot": "write a PNG of memory per layer"})
-def estimate(c, model=None, net=None, batch_size=None, solver="SGD", phase="train", mode="cpu", dtype="fp32",
-             iter_size=1, input_shape=None, cudnn=False, no_test_net=False, json_=False, plot=None):
+def estimate(c: Any, model: str | None = None, net: str | None = None, batch_size: str | None = None,
+             solver: str = "SGD", phase: str = "train", mode: str = "cpu", dtype: str = "fp32",
+             iter_size: str | None = None, input_shape: str | None = None, cudnn: bool = False,
+             no_test_net: bool = False, json_: bool = False, plot: str | None = None) -> None:
     """Per-layer memory and compute of a net, by Caffe's own allocation rules (no Caffe run)."""
     _, source, options = _load(c, model, net, input_shape, batch_size, solver, phase, mode, dtype, iter_size,
                                cudnn, not no_test_net)
     e = est.estimate(source.net, options, source.text, source.origin)
     fixed, per = est.per_sample(source.net, options, source.text)
     if json_:
-        print(json.dumps({"net": source.name, "options": asdict(options), "rows": [asdict(r) for r in e.rows],
-                          "test_rows": [asdict(r) for r in e.test_rows], "groups": e.groups,
-                          "allocator": e.allocator, "host_pinned": e.host_pinned, "total": e.total,
-                          "params": e.params, "macc": e.macc, "flops": 2 * e.macc, "fixed": fixed,
-                          "per_sample": per, "seconds": e.seconds}, indent=1, default=list))
+        print(json.dumps(table.estimate_json(source.name, e, fixed, per), indent=1, default=list))
         return
-    head = (f"{'layer':<22} {'type':<16} {'top':<18} {'MACC':>13} {'params':>11} {'param MiB':>9} {'grad':>8} "
-            f"{'history':>8} {'data':>8} {'diff':>8} {'scratch':>8}")
-    print(f"{source.name}: {options.phase} phase, {options.mode.upper()}, {options.solver}, {options.dtype}, "
-          f"batch {e.rows[0].top[0] if e.rows and e.rows[0].top else '?'}, iter_size {options.iter_size}")
-    print(head)
-    for r in e.rows:
-        print(f"{r.layer[:22]:<22} {r.type[:16]:<16} {'x'.join(map(str, r.top)) or '-':<18} {r.macc:>13,} "
-              f"{r.params:>11,} {mib(r.param_bytes):>9} {mib(r.grad_bytes):>8} {mib(r.history_bytes):>8} "
-              f"{mib(r.data_bytes):>8} {mib(r.diff_bytes):>8} {mib(r.scratch_bytes):>8}")
-    if e.test_rows:
-        test = sum(r.data_bytes + r.diff_bytes + r.scratch_bytes for r in e.test_rows)
-        print(f"{'(test net: ' + str(len(e.test_rows)) + ' layers, weights shared)':<58} activations and scratch {mib(test)} MiB")
-    print(f"parameters {e.params:,}; MACCs {e.macc:,} (FLOPs {2 * e.macc:,}) per training batch forward")
-    for group, size in e.groups.items():
-        print(f"  {group:<14} {mib(size):>12} MiB")
-    if e.allocator:
-        print(f"  {'malloc rounding':<14} {mib(e.allocator):>12} MiB")
-    if e.host_pinned:
-        print(f"  {'pinned host':<14} {mib(e.host_pinned):>12} MiB (prefetch batches, not on the device)")
-    print(f"  {'total':<14} {mib(e.total):>12} MiB  = {mib(fixed)} MiB fixed + batch x {mib(per)} MiB per sample")
-    print(f"(estimated in {e.seconds * 1e3:.1f} ms)")
+    print("\n".join(table.estimate_lines(source.name, e, fixed, per)))
     if plot:
         from caffetool.memory.plot import plot_layers  # noqa: PLC0415 - matplotlib only when asked
 
@@ -85,58 +64,48 @@ def estimate(c, model=None, net=None, batch_size=None, solver="SGD", phase="trai
 
 @task(help={**without("phase", "mode"), "gpu_memory": "card memory, e.g. 12GiB", "gpu": f"a card: {', '.join(gpus.GPUS)}",
             "reserve": "memory kept free for the CUDA context and fragmentation"})
-def fit(c, model=None, net=None, batch_size=None, solver="SGD", dtype="fp32", iter_size=1, input_shape=None,
-        cudnn=False, no_test_net=False, gpu_memory=None, gpu=None, reserve="400MiB"):
-    """Will it fit? The largest batch for a GPU, and ranked changes when the wanted batch does not fit."""
-    from caffetool.errors import ConfigError  # noqa: PLC0415
+def fit(c: Any, model: str | None = None, net: str | None = None, batch_size: str | None = None,
+        solver: str = "SGD", dtype: str = "fp32", iter_size: str | None = None, input_shape: str | None = None,
+        cudnn: bool = False, no_test_net: bool = False, gpu_memory: str | None = None, gpu: str | None = None,
+        reserve: str = "400MiB") -> None:
+    """Will it fit? The largest batch for a GPU, and ranked changes when the wanted batch does not."""
     from caffetool.memory import fit as fitting  # noqa: PLC0415
 
     if bool(gpu_memory) == bool(gpu):
         raise ConfigError("give exactly one of --gpu-memory SIZE or --gpu NAME")
     capacity = gpus.parse_size(gpu_memory) if gpu_memory else gpus.lookup(gpu)
+    kept = gpus.parse_size(reserve)
+    fitting.check_budget(capacity, kept)  # before the net is loaded: nothing to estimate against
     _, source, options = _load(c, model, net, input_shape, batch_size, solver, "train", "gpu", dtype, iter_size,
                                cudnn, not no_test_net)
-    f = fitting.fit(source.net, options, capacity, gpus.parse_size(reserve), source.text)
-    print(f"{source.name} on {gpu or gpu_memory} ({mib(capacity)} MiB, {mib(f.reserve)} MiB kept free), "
-          f"{options.solver}, {options.dtype}:")
-    print(f"  largest batch that fits: {f.largest_batch}")
-    print(f"  batch {f.wanted_batch} needs {mib(f.wanted_bytes)} MiB: {'fits' if f.fits else 'does not fit'}")
-    if not f.fits:
-        print("  changes, most memory saved first:")
-        for ch in f.changes:
-            print(f"   - {ch.name}: saves {mib(ch.saves)} MiB{' (then fits)' if ch.fits else ''}; cost: {ch.cost}")
+    f = fitting.fit(source.net, options, capacity, kept, source.text)
+    print("\n".join(table.fit_lines(source.name, gpu or gpu_memory, options, f)))
 
 
 @task(help={**without("phase", "dtype", "iter_size", "cudnn", "no_test_net"),
             "classes": "number of classes of the random labels (default: the model's)"})
-def measure(c, model=None, net=None, batch_size=None, solver="SGD", mode="cpu", input_shape=None, classes=None):
+def measure(c: Any, model: str | None = None, net: str | None = None, batch_size: str | None = None,
+            solver: str = "SGD", mode: str = "cpu", input_shape: str | None = None,
+            classes: str | None = None) -> None:
     """Measure what the real engine allocates (solver, one test pass, one step) next to the estimate."""
     from caffetool.memory import measure as measuring  # noqa: PLC0415
 
+    labels = count(classes, "--classes")
     engine = locate(c.engine.prefix, probe=False)
-    caffe, source, options = _load(c, model, net, input_shape, batch_size, solver, "train", mode, "fp32", 1, False)
+    caffe, source, options = _load(c, model, net, input_shape, batch_size, solver, "train", mode, "fp32", None, False)
     e = est.estimate(source.net, options, source.text, source.origin)
-    got = measuring.measure(engine, caffe, source.net, solver, source.input_shape or (1, 28, 28),
-                            int(classes or source.num_classes or 10), mode)
-    error = (e.total - got["allocated"]) / got["allocated"]
-    print(f"{source.name}, batch {e.rows[0].top[0]}, {solver}, {mode.upper()}:")
-    print(f"  estimate  {mib(e.total):>10} MiB")
-    print(f"  measured  {mib(got['allocated']):>10} MiB  (malloc in use after solver + test pass + 1 step)")
-    print(f"  error     {100 * error:+.2f}%")
+    got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
+                            labels or source.num_classes or 10, options.mode)
+    print("\n".join(table.measure_lines(source.name, e, got)))
 
 
 @task
-def report(c):
-    """The seeds' memory figures (AlexNet, VGG-16, the 6 GB rule) next to the estimator's."""
+def report(c: Any) -> None:
+    """Published memory figures (vDNN's AlexNet and VGG-16, Dettmers' 6 GB rule) next to the estimator's."""
     from caffetool.memory import report as reporting  # noqa: PLC0415
 
     caffe = import_caffe(locate(c.engine.prefix, probe=False))
-    loaded = {}
-    for name in ("alexnet", "vgg16"):
-        s = nets.load(caffe, name, None, None, c.model.dir, 128)
-        loaded[name] = (s.net, est.Options(input_shape=s.input_shape, mode="gpu"))
-    for f in reporting.figures(loaded):
-        print(f"{f.what}\n  seed: {f.theirs}\n  ours: {f.ours}\n  why:  {f.why}\n")
+    print("\n".join(table.report_lines(reporting.published(caffe, c.model.dir))))
 
 
 ns = Collection("memory", estimate, fit, measure, report)

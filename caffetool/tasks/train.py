@@ -5,16 +5,19 @@ from __future__ import annotations
 import datetime as dt
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from invoke import Collection, Exit
 
-from caffetool.engine import import_caffe, locate
+from caffetool.choices import count
+from caffetool.engine import EngineInfo, import_caffe, locate
 from caffetool.engine.locate import visible_gpus
 from caffetool.nets import build, model as models, prototxt
+from caffetool.nets.solver import SolverOptions
 from caffetool.train import devices, metrics_io, rundir, session, tools
 from caffetool.train.logparse import parse_file
 from caffetool.tasks._common import pick, task
-from caffetool.tasks.model import SOLVER_HELP, solver_options
+from caffetool.tasks.model import SOLVER_HELP, solver_flags
 
 
 @task(default=True, iterable=["stepvalue"], help={
@@ -24,25 +27,27 @@ from caffetool.tasks.model import SOLVER_HELP, solver_options
     "test_batch_size": "test batch size", "data_dir": "where data sets are", "runs_dir": "where runs go",
     **{k: v for k, v in SOLVER_HELP.items() if k != "mode"},
 })
-def run(c, model="lenet", dataset=None, gpu="auto", name=None, weights=None, batch_size=None,
-        test_batch_size=None, solver="SGD", base_lr=None, lr_policy=None, gamma=None, power=None,
-        stepsize=None, stepvalue=None, momentum=None, momentum2=None, delta=None, rms_decay=None,
-        weight_decay=None, max_iter=None, iter_size=1, random_seed=None, test_iter=None,
-        test_interval=None, snapshot=None, display=None, data_dir=None, runs_dir=None):
+def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "auto", name: str | None = None,
+        weights: str | None = None, batch_size: str | None = None, test_batch_size: str | None = None,
+        solver: str = "SGD", base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
+        power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
+        momentum: str | None = None, momentum2: str | None = None, delta: str | None = None,
+        rms_decay: str | None = None, weight_decay: str | None = None, max_iter: str | None = None,
+        iter_size: str | None = None, random_seed: str | None = None, test_iter: str | None = None,
+        test_interval: str | None = None, snapshot: str | None = None, display: str | None = None,
+        data_dir: str | None = None, runs_dir: str | None = None) -> None:
     """Train with the real `caffe train`: live progress, full run record, curves."""
-    options = solver_options(solver, base_lr, lr_policy, gamma, power, stepsize, stepvalue, momentum,
-                             momentum2, delta, rms_decay, weight_decay, max_iter, iter_size, random_seed,
-                             test_iter, test_interval, snapshot, display, "cpu")
+    options = SolverOptions.from_flags(**solver_flags(locals()))
     request = session.TrainRequest(
         model=model, dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
-        weights=weights, batch=None if batch_size is None else int(batch_size),
-        test_batch=None if test_batch_size is None else int(test_batch_size),
+        weights=weights, batch=count(batch_size, "--batch-size"),
+        test_batch=count(test_batch_size, "--test-batch-size"),
         data_dir=pick(data_dir, c.data.dir), runs_dir=pick(runs_dir, c.runs.dir), models_dir=c.model.dir)
     result = session.train(locate_with_gpus(c.engine.prefix), request)
     finish(result)
 
 
-def locate_with_gpus(prefix):
+def locate_with_gpus(prefix: str | None) -> EngineInfo:
     """The engine and its visible GPUs, without the pycaffe import probe (half a second saved)."""
     engine = locate(prefix, probe=False)
     engine.gpus = visible_gpus()
@@ -71,17 +76,20 @@ def finish(result: session.TrainResult) -> None:
 
 @task(help={"run": "run name or directory", "max_iter": "train up to this iteration instead",
             "runs_dir": "where runs are"})
-def resume(c, run, max_iter=None, runs_dir=None):
+def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None = None) -> None:
     """Continue a run from its newest .solverstate snapshot."""
+    iterations = count(max_iter, "--max-iter")
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
-    result = session.resume(locate_with_gpus(c.engine.prefix), run_dir, None if max_iter is None else int(max_iter))
+    result = session.resume(locate_with_gpus(c.engine.prefix), run_dir, iterations)
     finish(result)
 
 
 @task(name="test", help={"run": "run name or directory", "weights": ".caffemodel (default: the newest)",
                          "iterations": "test batches (default: the solver's test_iter)", "runs_dir": "where runs are"})
-def test_(c, run, weights=None, iterations=None, runs_dir=None):
+def test_(c: Any, run: str, weights: str | None = None, iterations: str | None = None,
+          runs_dir: str | None = None) -> None:
     """Run `caffe test` on a run's final (or given) weights and record accuracy and loss."""
+    batches = count(iterations, "--iterations")
     engine = locate_with_gpus(c.engine.prefix)
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
     manifest = rundir.read_manifest(run_dir)
@@ -92,7 +100,7 @@ def test_(c, run, weights=None, iterations=None, runs_dir=None):
         weights = found[-1]
     caffe = import_caffe(engine)
     solver = prototxt.read(run_dir / "solver.prototxt", caffe.proto.caffe_pb2.SolverParameter())
-    n = int(iterations or solver.test_iter[0])
+    n = batches or solver.test_iter[0]
     chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
     result = tools.caffe_test(engine, run_dir, Path(weights).absolute(), n, chosen.flag)
     manifest.setdefault("tests", []).append({"at": dt.datetime.now().isoformat(timespec="seconds"),
@@ -102,30 +110,36 @@ def test_(c, run, weights=None, iterations=None, runs_dir=None):
           + ", ".join(f"{k} {v:.4f}" for k, v in result.outputs.items()))
 
 
-@task(name="time", help={"model": "model name", "batch_size": "batch size", "gpu": "cpu, all or ids",
-                         "iterations": "timed forward-backward passes", "top": "layers to show"})
-def time_(c, model="lenet", batch_size=None, gpu="cpu", iterations=10, top=15):
+@task(name="time", help={"model": "model name", "batch_size": "batch size (default: the model's)",
+                         "gpu": "cpu, all or ids", "iterations": "timed forward-backward passes (default 10)",
+                         "top": "layers to show (default 15)"})
+def time_(c: Any, model: str = "lenet", batch_size: str | None = None, gpu: str = "cpu",
+          iterations: str | None = None, top: str | None = None) -> None:
     """`caffe time` on a model: per-layer forward/backward times, costliest first."""
+    batch = count(batch_size, "--batch-size")
+    passes = count(iterations, "--iterations") or 10
+    shown = count(top, "--top") or 15
     engine = locate_with_gpus(c.engine.prefix)
     caffe = import_caffe(engine)
     m = models.get(model, c.model.dir)
-    net = build.deploy(caffe, m, build.shape_of(m), batch=int(batch_size or m.batch[0]))
+    batch = batch or m.batch[0]
+    net = build.deploy(caffe, m, build.shape_of(m), batch=batch)
     net.force_backward = True  # time the backward pass although a deploy net has no loss
     chosen = devices.choose(engine, gpu)
     with tempfile.TemporaryDirectory(prefix="caffetool-time-") as tmp:
         path = Path(tmp) / f"{m.name}.prototxt"
         path.write_text(prototxt.to_text(net))
-        layers, averages = tools.caffe_time(engine, path, int(iterations), chosen.flag)
+        layers, averages = tools.caffe_time(engine, path, passes, chosen.flag)
     total = sum(t.total_ms for t in layers) or 1.0
-    print(f"{m.name}, batch {batch_size or m.batch[0]}, {chosen.label}, {iterations} iterations: "
+    print(f"{m.name}, batch {batch}, {chosen.label}, {passes} iterations: "
           f"forward {averages.get('forward', 0):.2f} ms, backward {averages.get('backward', 0):.2f} ms")
     print(f"{'layer':<28} {'forward ms':>11} {'backward ms':>12} {'share':>7}")
-    for t in layers[: int(top)]:
+    for t in layers[:shown]:
         print(f"{t.layer:<28} {t.forward_ms:>11.3f} {t.backward_ms:>12.3f} {t.total_ms / total:>6.1%}")
 
 
 @task(help={"log": "any Caffe training log", "out": "folder for metrics.csv/json (default: beside the log)"})
-def parse(c, log, out=None):
+def parse(c: Any, log: str, out: str | None = None) -> None:
     """Parse any Caffe log into metrics.csv and metrics.json."""
     metrics = parse_file(Path(log))
     folder = Path(out) if out else Path(log).absolute().parent
@@ -141,7 +155,7 @@ def parse(c, log, out=None):
 @task(name="report", help={
     "runs": "run names or directories, separated by commas (the first is the baseline)",
     "out": "folder for the Markdown and PNG (default: runs/reports)", "runs_dir": "where runs are"})
-def report_(c, runs, out=None, runs_dir=None):
+def report_(c: Any, runs: str, out: str | None = None, runs_dir: str | None = None) -> None:
     """Compare runs side by side: devices, iterations, wall time, iter/s, accuracy, speed-up."""
     from caffetool.train import report as reports  # noqa: PLC0415 - matplotlib only when reporting
 
