@@ -1,8 +1,10 @@
 """apt, used two ways: installing system packages, and fetching a pinned Debian source package.
 
-Source fetching goes through a *private* apt configuration (its own sources folder, lists and
-cache under caffetool's cache directory), so apt checks the archive's signatures as usual while
-the machine's own apt sources stay untouched.
+A source package is declared here as data (:class:`SourcePackage`, its :class:`Tarball` files
+pinned by sha256 and size); the engine recipe names which one Caffe is built from. Source
+fetching goes through a *private* apt configuration (its own sources folder, lists and cache
+under caffetool's cache directory), so apt checks the archive's signatures as usual while the
+machine's own apt sources stay untouched.
 """
 
 from __future__ import annotations
@@ -11,13 +13,46 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
-from caffetool.engine.recipe import SourcePackage
 from caffetool.errors import SourceError, SystemDependencyError
+from caffetool.proc import last_lines
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
 DEBIAN_SUITES = {"sid", "trixie", "bookworm", "bullseye", "buster", "stable", "testing", "unstable"}
+
+
+@dataclass(frozen=True)
+class Tarball:
+    """One file of a source package, as the archive serves it."""
+
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """A Debian source package, pinned by version and tarball checksums."""
+
+    package: str
+    version: str
+    suite: str
+    component: str
+    upstream_commit: str
+    tarballs: tuple[Tarball, ...]
+    keyring: str = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+    @property
+    def orig(self) -> Tarball:
+        """The upstream tarball (``.orig.``)."""
+        return next(t for t in self.tarballs if ".orig." in t.name)
+
+    @property
+    def debian(self) -> Tarball:
+        """Debian's packaging tarball (``.debian.``): ``debian/`` with its patch series."""
+        return next(t for t in self.tarballs if ".debian." in t.name)
 
 
 def missing_packages(packages: tuple[str, ...] | list[str]) -> list[str]:
@@ -78,7 +113,7 @@ def install_packages(packages: tuple[str, ...] | list[str], log: Path | None = N
             with open(log, "a") as f:
                 f.write(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}\n")
         if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+            tail = last_lines(done.stdout + done.stderr, 5)
             raise SystemDependencyError(f"`{' '.join(argv)}` failed:\n{tail}")
     return missing
 
@@ -158,7 +193,7 @@ def fetch_source(pkg: SourcePackage, mirror: str, dest: Path, state_dir: Path) -
     for argv in steps:
         done = subprocess.run(argv, cwd=dest, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-4:])
+            tail = last_lines(done.stdout + done.stderr)
             raise SourceError(
                 f"apt could not fetch source package {pkg.package} {pkg.version} from "
                 f"{mirror} ({pkg.suite}):\n{tail}\n"

@@ -18,11 +18,14 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(path: Path, expected: str, origin: str) -> None:
-    """Raise ChecksumMismatch naming the file, where it came from and both digests."""
+def verify_sha256(path: Path, expected: str, origin: str, name: str | None = None) -> None:
+    """Raise ChecksumMismatch naming the file, where it came from and both digests.
+
+    ``name`` is the file's own name where ``path`` is a temporary copy of it.
+    """
     found = sha256_file(path)
     if found != expected:
         raise ChecksumMismatch(
-            f"{path.name} from {origin} has sha256 {found}, expected {expected}; "
+            f"{name or path.name} from {origin} has sha256 {found}, expected {expected}; "
             "the copy is corrupt or not the pinned release"
         )

@@ -17,7 +17,7 @@ from caffetool import config
 from caffetool.engine import source
 from caffetool.engine.recipe import CAFFE_SOURCE, PATCH_DIR, PROJECT_PATCHES
 from caffetool.checksum import sha256_file
-from caffetool.errors import ConfigError
+from caffetool.choices import choose
 
 GPU_ARCH = "70 75 80 86 89 90"  # Volta to Hopper; PTX for 90 lets newer GPUs JIT-compile
 # NCCL builds in NVIDIA's CUDA apt repository, per CUDA release (libnccl2 / libnccl-dev versions).
@@ -27,6 +27,7 @@ NCCL_FOR_CUDA: dict[str, str] = {
     "12.8.1": "2.25.1-1+cuda12.8",
 }
 UBUNTU = ("22.04", "24.04")
+VARIANTS = ("gpu", "cpu")
 CPU_IMAGES = ("debian:12", "debian:12-slim")
 CONTAINER_PROJECT = "/opt/caffetool"
 
@@ -40,17 +41,16 @@ class Image:
 
     @property
     def gpu(self) -> bool:
+        """Whether the image is the CUDA one."""
         return self.variant == "gpu"
 
 
 def image(variant: str, cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None) -> Image:
-    if variant not in ("gpu", "cpu"):
-        raise ConfigError(f"unknown --variant {variant!r}; choose one of: gpu, cpu")
+    """The image a variant names; the GPU one pairs a CUDA release with an Ubuntu release."""
+    variant = choose(variant, VARIANTS, "--variant")
     if variant == "gpu":
-        if cuda not in NCCL_FOR_CUDA:
-            raise ConfigError(f"--cuda {cuda}: choose one of {', '.join(NCCL_FOR_CUDA)} (NCCL is pinned per CUDA)")
-        if ubuntu not in UBUNTU:
-            raise ConfigError(f"--ubuntu {ubuntu}: choose one of {', '.join(UBUNTU)}")
+        cuda = choose(cuda, NCCL_FOR_CUDA, "--cuda", also="NCCL is pinned per CUDA release")
+        ubuntu = choose(ubuntu, UBUNTU, "--ubuntu")
     default = f"caffetool:gpu-cuda{cuda}-ubuntu{ubuntu}" if variant == "gpu" else "caffetool:cpu-debian12"
     return Image(variant, cuda, ubuntu, tag or default)
 
@@ -77,6 +77,7 @@ def source_context(location: str | None, mirror: str | None) -> Path:
 
 
 def build_argv(img: Image, project: Path, context: Path, push: bool = False) -> list[str]:
+    """``docker build`` of ``img`` from the project's Dockerfile, the source tarballs as a build context."""
     if img.gpu:
         base = f"nvidia/cuda:{img.cuda}-cudnn"
         images = (f"{base}-devel-ubuntu{img.ubuntu}", f"{base}-runtime-ubuntu{img.ubuntu}")

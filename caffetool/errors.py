@@ -26,8 +26,20 @@ class BuildError(EngineError):
     """Configuring, compiling or installing Caffe failed."""
 
 
+class BundleError(EngineError):
+    """An engine bundle cannot be made, or is damaged or unsuitable for this machine."""
+
+
 class SourceError(CaffetoolError):
-    """Source tarballs or data files could not be obtained."""
+    """Source tarballs or data files could not be obtained.
+
+    ``attempts`` lists ``(source, reason)`` for every place tried, in order, so a caller can show
+    the first cause without parsing the message.
+    """
+
+    def __init__(self, message: str, attempts: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.attempts = list(attempts or [])
 
 
 class ChecksumMismatch(SourceError, ValueError):
@@ -39,4 +51,28 @@ class SystemDependencyError(CaffetoolError):
 
 
 class ConfigError(CaffetoolError, ValueError):
-    """An option or configuration value is invalid."""
+    """An option, flag or ``invoke.yaml`` value is invalid."""
+
+
+class DataError(CaffetoolError, ValueError):
+    """A data set, database or data file is missing, damaged or not what it claims to be."""
+
+
+class NetError(CaffetoolError, ValueError):
+    """A net or solver description is unreadable or describes something impossible."""
+
+
+class CaffeRefused(NetError):
+    """Caffe itself rejected a net or solver (its FATAL line is the message)."""
+
+
+class RunError(CaffetoolError):
+    """A training run cannot be made, resumed, tested or read, or Caffe failed inside it."""
+
+
+class ImageError(CaffetoolError, ValueError):
+    """An image given to the demo cannot be decoded, or would cost too much to decode."""
+
+
+class DockerError(CaffetoolError):
+    """An image cannot be built or run with the Docker found here."""

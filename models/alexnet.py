@@ -1,31 +1,6 @@
 """AlexNet (BVLC's version): LRN before pooling, grouped conv2/4/5, dropout, 227x227 crops."""
 
-from _imagenet import MEAN, alexnet_convs_3_to_5, classifier, conv_relu
+from _imagenet import alexnet_build, ilsvrc_model
 
-from caffetool.nets.model import Model
-
-
-def build(n, L, P, data, label, num_classes, train):
-    conv_relu(n, L, "conv1", data, 96, 11, stride=4)
-    n.norm1 = L.LRN(n.conv1, local_size=5, alpha=0.0001, beta=0.75)
-    n.pool1 = L.Pooling(n.norm1, pool=P.Pooling.MAX, kernel_size=3, stride=2)
-    conv_relu(n, L, "conv2", n.pool1, 256, 5, pad=2, group=2, bias=0.1)
-    n.norm2 = L.LRN(n.conv2, local_size=5, alpha=0.0001, beta=0.75)
-    n.pool2 = L.Pooling(n.norm2, pool=P.Pooling.MAX, kernel_size=3, stride=2)
-    return classifier(n, L, alexnet_convs_3_to_5(n, L, P, n.pool2), num_classes, train)
-
-
-MODEL = Model(
-    name="alexnet",
-    title="AlexNet (BVLC)",
-    net_name="AlexNet",
-    channels=3,
-    size=227,
-    build=build,
-    batch=(256, 50),
-    train_transform=dict(mirror=True),
-    mean_value=MEAN,
-    crop=True,
-    top_k=(1, 5),
-    num_classes=1000,
-)
+MODEL = ilsvrc_model("alexnet", "AlexNet (BVLC)", "AlexNet", alexnet_build(norm_first=True),
+                     size=227, train_batch=256)

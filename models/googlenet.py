@@ -1,9 +1,9 @@
 """GoogLeNet (BVLC's Inception v1): nine inception modules; two auxiliary classifiers whose
 losses (weight 0.3) are added in the TRAIN phase only and which the deploy net does not have."""
 
-from _imagenet import LR, MEAN
+from _imagenet import LR, ilsvrc_model
 
-from caffetool.nets.model import Model
+from caffetool.nets.model import Layers, NetSpec, Params, Top
 
 # name: (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection)
 INCEPTION = {
@@ -16,7 +16,8 @@ INCEPTION = {
 FILL = dict(weight_filler=dict(type="xavier"), bias_filler=dict(type="constant", value=0.2))
 
 
-def conv(n, L, name, bottom, num_output, kernel, stride=1, pad=0, relu_name=None, **extra):
+def conv(n: NetSpec, L: Layers, name: str, bottom: Top, num_output: int, kernel: int, stride: int = 1,
+         pad: int = 0, relu_name: str | None = None, **extra: dict) -> Top:
     """Convolution + in-place ReLU; "inception_3a/1x1" gets "inception_3a/relu_1x1", as in BVLC's."""
     n[name] = L.Convolution(bottom, num_output=num_output, kernel_size=kernel, stride=stride, pad=pad,
                             param=LR, **FILL, **extra)
@@ -24,7 +25,7 @@ def conv(n, L, name, bottom, num_output, kernel, stride=1, pad=0, relu_name=None
     return n[name]
 
 
-def inception(n, L, P, name, bottom, widths):
+def inception(n: NetSpec, L: Layers, P: Params, name: str, bottom: Top, widths: tuple[int, ...]) -> Top:
     p = f"inception_{name}"
     one, red3, three, red5, five, proj = widths
     b1 = conv(n, L, f"{p}/1x1", bottom, one, 1)
@@ -38,7 +39,7 @@ def inception(n, L, P, name, bottom, widths):
     return n[f"{p}/output"]
 
 
-def aux_head(n, L, P, k, bottom, label, num_classes):
+def aux_head(n: NetSpec, L: Layers, P: Params, k: int, bottom: Top, label: Top, num_classes: int) -> None:
     """An auxiliary classifier (TRAIN phase only) adding 0.3 x its loss."""
     train = dict(include=dict(phase=0))  # caffe_pb2.TRAIN
     p = f"loss{k}"
@@ -53,7 +54,7 @@ def aux_head(n, L, P, k, bottom, label, num_classes):
     n[f"{p}/loss"] = L.SoftmaxWithLoss(n[f"{p}/classifier"], label, loss_weight=0.3, **train)
 
 
-def build(n, L, P, data, label, num_classes, train):
+def build(n: NetSpec, L: Layers, P: Params, data: Top, label: Top, num_classes: int, train: bool) -> Top:
     x = conv(n, L, "conv1/7x7_s2", data, 64, 7, stride=2, pad=3, relu_name="conv1/relu_7x7")
     n["pool1/3x3_s2"] = L.Pooling(x, pool=P.Pooling.MAX, kernel_size=3, stride=2)
     n["pool1/norm1"] = L.LRN(n["pool1/3x3_s2"], local_size=5, alpha=0.0001, beta=0.75)
@@ -80,17 +81,4 @@ def build(n, L, P, data, label, num_classes, train):
     return n["loss3/classifier"]
 
 
-MODEL = Model(
-    name="googlenet",
-    title="GoogLeNet (BVLC, Inception v1)",
-    net_name="GoogleNet",
-    channels=3,
-    size=224,
-    build=build,
-    batch=(32, 50),
-    train_transform=dict(mirror=True),
-    mean_value=MEAN,
-    crop=True,
-    top_k=(1, 5),
-    num_classes=1000,
-)
+MODEL = ilsvrc_model("googlenet", "GoogLeNet (BVLC, Inception v1)", "GoogleNet", build, size=224, train_batch=32)

@@ -5,13 +5,13 @@ ip num_classes; xavier weights, constant biases, biases learn at twice the rate;
 by 1/256.
 """
 
-from caffetool.nets.model import Model
+from caffetool.nets.model import Layers, Model, NetSpec, Params, Top
 
 LR = [dict(lr_mult=1), dict(lr_mult=2)]
 FILLERS = dict(weight_filler=dict(type="xavier"), bias_filler=dict(type="constant"))
 
 
-def build(n, L, P, data, label, num_classes, train):
+def build(n: NetSpec, L: Layers, P: Params, data: Top, label: Top, num_classes: int, train: bool) -> Top:
     n.conv1 = L.Convolution(data, num_output=20, kernel_size=5, stride=1, param=LR, **FILLERS)
     n.pool1 = L.Pooling(n.conv1, pool=P.Pooling.MAX, kernel_size=2, stride=2)
     n.conv2 = L.Convolution(n.pool1, num_output=50, kernel_size=5, stride=1, param=LR, **FILLERS)

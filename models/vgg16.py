@@ -1,13 +1,13 @@
 """VGG-16 (configuration D of Simonyan & Zisserman): 13 3x3 convolutions in 5 blocks, 3 FC layers."""
 
-from _imagenet import LR, MEAN, classifier
+from _imagenet import LR, classifier, ilsvrc_model
 
-from caffetool.nets.model import Model
+from caffetool.nets.model import Layers, NetSpec, Params, Top
 
 BLOCKS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
 
 
-def build(n, L, P, data, label, num_classes, train):
+def build(n: NetSpec, L: Layers, P: Params, data: Top, label: Top, num_classes: int, train: bool) -> Top:
     bottom = data
     for b, (width, convs) in enumerate(BLOCKS, start=1):
         for c in range(1, convs + 1):
@@ -21,17 +21,4 @@ def build(n, L, P, data, label, num_classes, train):
     return classifier(n, L, bottom, num_classes, train)
 
 
-MODEL = Model(
-    name="vgg16",
-    title="VGG-16",
-    net_name="VGG16",
-    channels=3,
-    size=224,
-    build=build,
-    batch=(64, 50),
-    train_transform=dict(mirror=True),
-    mean_value=MEAN,
-    crop=True,
-    top_k=(1, 5),
-    num_classes=1000,
-)
+MODEL = ilsvrc_model("vgg16", "VGG-16", "VGG16", build, size=224, train_batch=64)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from caffetool import glog
 from caffetool.engine import bundle, elf, locate, smoke
 from caffetool.engine.locate import MANIFEST, pycaffe_imports
-from caffetool.errors import ChecksumMismatch, ConfigError, EngineCorrupt, SourceError
+from caffetool.errors import BundleError, ChecksumMismatch, EngineCorrupt, SourceError
 
 from .httpserver import Route, Server
 
@@ -202,9 +203,9 @@ def test_not_a_bundle_is_refused(tmp_path):
 
 def test_unsuitable_bundles_are_refused_with_the_reason(cpu_bundle):
     manifest = bundle.read_manifest(cpu_bundle.path)
-    with pytest.raises(ConfigError, match="built for aarch64"):
+    with pytest.raises(BundleError, match="built for aarch64"):
         bundle.check_suitable({**manifest, "machine": "aarch64"})
-    with pytest.raises(ConfigError, match="needs glibc 9.99"):
+    with pytest.raises(BundleError, match="needs glibc 9.99"):
         bundle.check_suitable({**manifest, "glibc_floor": "9.99"})
     cuda = {**manifest, "cuda": {"major": 13}}
     assert bundle.driver_cuda_version() is None  # no NVIDIA driver on these machines
@@ -215,7 +216,7 @@ def test_cuda_driver_too_old_is_refused(cpu_bundle, monkeypatch):
     """Stand-in for a GPU machine (none exists here): a driver that serves CUDA 12.4 only."""
     monkeypatch.setattr(bundle, "driver_cuda_version", lambda: (12, 4))
     manifest = {**bundle.read_manifest(cpu_bundle.path), "cuda": {"major": 13}}
-    with pytest.raises(ConfigError, match="serves CUDA up to 12.4; the bundle needs CUDA 13"):
+    with pytest.raises(BundleError, match="serves CUDA up to 12.4; the bundle needs CUDA 13"):
         bundle.check_suitable(manifest)
 
 
@@ -301,7 +302,7 @@ def test_cpu_bundle_runs_on_a_bare_debian_root(cpu_bundle, bare_root):
         (work / "net.prototxt").write_text(smoke.NET)
         (work / "solver.prototxt").write_text(smoke.SOLVER.format(net="net.prototxt", iterations=50))
         train = chroot("/bin/sh", "-c", "cd /work && /opt/caffe/bin/caffe train -solver solver.prototxt")
-        losses = [(int(i), float(loss)) for i, loss in smoke.LOSS.findall(train.stderr)]
+        losses = glog.losses(train.stderr)
         assert train.returncode == 0, train.stderr[-1500:]
         assert losses[-1][0] == 50 and losses[-1][1] < losses[0][1] / 10
 

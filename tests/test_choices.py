@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from caffetool.choices import INT32_MAX, choose, count, number
+from caffetool.choices import (INT32_MAX, PORT, SECONDS, Limit, bounded, choose, count, input_file, number,
+                               output_file, shell_words, writable_folder)
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
 from caffetool.nets import solver
@@ -63,3 +64,64 @@ def test_count_is_a_whole_number_caffe_can_hold():
         count("-5", "--batch-size")
     with pytest.raises(ConfigError, match=r"^--batch-size must be at most 2147483647, got 2147483648$"):
         count(str(2**31), "--batch-size")
+
+
+def test_choose_can_name_another_way_out():
+    with pytest.raises(ConfigError) as err:
+        choose("Voodoo2", ["K40", "M40"], "--gpu", also="or give --gpu-memory 12GiB")
+    assert str(err.value) == "unknown --gpu 'Voodoo2'; choose one of: K40, M40 (or give --gpu-memory 12GiB)"
+
+
+@pytest.mark.parametrize("value,expected", [("8080", 8080), (1, 1), ("65535", 65535)])
+def test_bounded_reads_and_checks_a_range(value, expected):
+    assert bounded(value, "--port", PORT) == expected
+    assert bounded(None, "--port", PORT) is None
+
+
+@pytest.mark.parametrize("value,message", [
+    ("0", "--port must be a TCP port from 1 to 65535, got 0"),
+    ("65536", "--port must be a TCP port from 1 to 65535, got 65536"),
+    ("80.5", "--port '80.5' is not a whole number"),
+    (str(10**400), f"--port '{10**400}' is not a finite number"),
+])
+def test_bounded_refuses_with_the_range_in_words(value, message):
+    with pytest.raises(ConfigError) as err:
+        bounded(value, "--port", PORT)
+    assert str(err.value) == message
+
+
+def test_limits_describe_their_range():
+    assert SECONDS.describe() == "above 0"
+    assert Limit("a penalty", 0).describe() == "of 0 or more"
+    assert Limit("a decay", 0, 1, high_open=True).describe() == "from 0 to just below 1"
+    assert Limit("a slope").describe() == "any finite number"
+
+
+def test_shell_words_refuse_unbalanced_quotes():
+    assert shell_words("--gpu all --name 'a b'", "--args") == ["--gpu", "all", "--name", "a b"]
+    with pytest.raises(ConfigError, match=r"^--args '-k \"x': no closing quotation$"):
+        shell_words('-k "x', "--args")
+
+
+def test_a_folder_to_write_may_not_exist_yet(tmp_path):
+    assert writable_folder(tmp_path / "a" / "b", "--out") == tmp_path / "a" / "b"
+    assert not (tmp_path / "a").exists()  # checked, not made
+
+
+def test_a_file_is_no_folder_and_a_folder_no_file(tmp_path):
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    with pytest.raises(ConfigError, match=rf"^--out {plain}/sub: {plain} is a file, not a folder; "
+                                          r"give a folder you can write to with --out$"):
+        writable_folder(plain / "sub", "--out")
+    with pytest.raises(ConfigError, match=rf"^data.dir {plain} is a file, not a folder; set data.dir in invoke.yaml "
+                                          r"\(or INVOKE_DATA_DIR\) to a folder you can write to$"):
+        writable_folder(plain, setting="data.dir")
+    with pytest.raises(ConfigError, match=rf"^--plot {tmp_path} is a folder; give a file name$"):
+        output_file(tmp_path, "--plot")
+    assert output_file(tmp_path / "x.png", "--plot") == tmp_path / "x.png"
+    with pytest.raises(ConfigError, match=rf"^--images {tmp_path} is a folder; give a file$"):
+        input_file(tmp_path, "--images")
+    with pytest.raises(ConfigError, match=rf"^--images {tmp_path / 'none'} does not exist$"):
+        input_file(tmp_path / "none", "--images")
+    assert input_file(plain, "--images") == plain

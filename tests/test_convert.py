@@ -12,6 +12,7 @@ import pytest
 
 from caffetool.data import convert, datum, db
 from caffetool.data.registry import FASHION_MNIST
+from caffetool.engine.locate import caffe_env
 
 from .idxfiles import random_set, write_pair
 
@@ -20,7 +21,7 @@ FASHION_DIR = FASHION_MNIST.local_dirs[0]
 
 def caffe_convert(engine, images, labels, out, backend="lmdb"):
     done = subprocess.run([str(engine.tool("convert_mnist_data")), str(images), str(labels), str(out),
-                           f"--backend={backend}"], capture_output=True, text=True)
+                           f"--backend={backend}"], capture_output=True, text=True, env=caffe_env())
     assert done.returncode == 0, done.stderr
 
 
@@ -59,7 +60,7 @@ def test_records_parse_as_caffe_datums(tmp_path, caffe):
         assert (d.channels, d.height, d.width, d.label) == (1, 4, 6, labels[i])
         assert d.data == images[i].tobytes()
         assert d.SerializeToString() == value
-        assert datum.decode(value) == (1, 4, 6, images[i].tobytes(), labels[i])
+        assert datum.decode(value, caffe.proto.caffe_pb2) == (1, 4, 6, images[i].tobytes(), labels[i])
 
 
 def test_caffe_data_layer_reads_our_lmdb(tmp_path, caffe):

@@ -19,7 +19,7 @@ import pytest
 
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.demo import classifier as demo_classifier
-from caffetool.errors import ConfigError
+from caffetool.errors import NetError
 
 from .conftest import PROJECT
 from .test_demo_preprocess import jpeg_bomb, png_16bit_rgba
@@ -220,7 +220,26 @@ def test_a_port_outside_1_to_65535_is_an_error(trained_run, port):
     done = subprocess.run([sys.executable, "-m", "invoke", "demo.serve", "--run", str(trained_run), "--port", port],
                           cwd=PROJECT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "serving" not in done.stdout
-    assert done.stderr == f"Error: --port {port} is not a TCP port; give one from 1 to 65535\n"
+    assert done.stderr == f"Error: --port must be a TCP port from 1 to 65535, got {port}\n"
+
+
+def test_an_address_in_use_is_an_error_before_the_model_loads(trained_run):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "invoke", "demo.serve", "--run", str(trained_run),
+                               "--port", str(port)], cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "serving" not in done.stdout
+    assert done.stderr == (f"Error: cannot listen on 127.0.0.1:{port}: Address already in use; "
+                           "choose another --port (or --host)\n")
+
+
+def test_a_host_that_does_not_resolve_is_an_error(trained_run):
+    done = subprocess.run([sys.executable, "-m", "invoke", "demo.serve", "--run", str(trained_run),
+                           "--host", "no-such-host.invalid"], cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "serving" not in done.stdout
+    assert done.stderr.startswith("Error: --host 'no-such-host.invalid' is not an address of this machine: ")
 
 
 def test_a_host_other_than_loopback_is_served_with_a_warning(trained_run):
@@ -237,7 +256,7 @@ def test_wrong_label_count_fails_start_up(engine, trained_run, tmp_path):
     labels = tmp_path / "labels.txt"
     labels.write_text("a\nb\n")
     files = demo_classifier.ModelFiles(trained_run / "deploy.prototxt", next((trained_run / "snapshots").glob("*.caffemodel")), labels)
-    with pytest.raises(ConfigError, match="names 2 classes, the net outputs 10"):
+    with pytest.raises(NetError, match="names 2 classes, the net outputs 10"):
         demo_classifier.load(engine, files)
 
 

@@ -22,7 +22,7 @@ def test_every_other_host_is_warned_about(host):
 
 @pytest.mark.parametrize("port", [-1, 0, 65536, 99999])
 def test_ports_outside_1_to_65535_are_refused(port):
-    with pytest.raises(ConfigError, match=rf"^--port {port} is not a TCP port; give one from 1 to 65535$"):
+    with pytest.raises(ConfigError, match=rf"^--port must be a TCP port from 1 to 65535, got {port}$"):
         serving.check_port(port)
 
 

@@ -111,5 +111,7 @@ def test_missing_docker_pieces_are_explained_before_anything_runs(tmp_path, ctx,
 def test_unknown_variant_or_cuda_is_refused():
     with pytest.raises(ConfigError, match="unknown --variant 'tpu'"):
         dockerimg.image("tpu")
-    with pytest.raises(ConfigError, match=r"--cuda 11.8: choose one of 12.4.1, 12.6.3, 12.8.1"):
+    with pytest.raises(ConfigError, match=r"^unknown --cuda '11.8'; choose one of: 12.4.1, 12.6.3, 12.8.1 "
+                                          r"\(NCCL is pinned per CUDA release\)$"):
         dockerimg.image("gpu", cuda="11.8")
+    assert dockerimg.image("CPU").variant == "cpu"

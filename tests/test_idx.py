@@ -83,3 +83,51 @@ def test_existing_database_is_not_overwritten(tmp_path):
     with pytest.raises(Exception, match="already exists; remove it or use --force"):
         convert.convert(img_file, lab_file, tmp_path / "db")
     assert (tmp_path / "db" / "keep").read_text() == "x"
+
+
+@pytest.mark.parametrize("how,reason", [
+    ("deflate", "corrupt gzip: Error -3 while decompressing data: invalid block type"),
+    ("truncated", "corrupt gzip: the compressed stream ends early"),
+    ("crc", "corrupt gzip: CRC check failed"),
+])
+def test_corrupt_gzip_is_named_and_leaves_no_database(tmp_path, how, reason):
+    images, labels = random_set(40, 28, 28)
+    img_file, lab_file = write_pair(tmp_path, images, labels, compress=True)
+    body = img_file.read_bytes()
+    img_file.write_bytes({"deflate": body[:10] + bytes([0xFF] * 8) + body[18:], "truncated": body[: len(body) // 2],
+                          "crc": body[:-8] + bytes(4) + body[-4:]}[how])
+    with pytest.raises(idx.IdxError, match=re.escape(f"{img_file}: {reason}")):
+        convert.convert(img_file, lab_file, tmp_path / "db")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images-idx3-ubyte", "labels-idx1-ubyte"]
+
+
+def test_missing_file_and_folder_are_named(tmp_path):
+    images, labels = random_set(3, 2, 2)
+    img_file, lab_file = write_pair(tmp_path, images, labels)
+    with pytest.raises(idx.IdxError, match=re.escape(f"{tmp_path / 'nope'}: no such file or directory; expected an IDX file")):
+        convert.convert(img_file, tmp_path / "nope", tmp_path / "db")
+    with pytest.raises(idx.IdxError, match=re.escape(f"{tmp_path}: is a directory; expected an IDX file")):
+        convert.convert(tmp_path, lab_file, tmp_path / "db")
+
+
+def test_image_larger_than_a_datum_is_refused_from_the_header(tmp_path):
+    img_file = write(tmp_path / "images", struct.pack(">IIII", 2051, 5, 60000, 60000), compress=True)
+    with pytest.raises(idx.IdxError, match=re.escape(
+            f"{img_file}: expected items of at most 2147483647 bytes (a Caffe Datum's limit), "
+            "found 60000x60000 = 3600000000 bytes declared at byte offset 8")):
+        idx.image_header(img_file)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_huge_declared_counts_are_truncation_not_memory_errors(tmp_path, compress):
+    img_file = write(tmp_path / "images", struct.pack(">IIII", 2051, 4_000_000_000, 1, 1) + b"\x07" * 10, compress)
+    with pytest.raises(idx.IdxError, match=re.escape(f"{img_file}: truncated: 4000000000 items of 1 bytes declared")):
+        for _ in idx.iter_images(img_file):
+            pass
+    lab_file = write(tmp_path / "labels", struct.pack(">II", 2049, 4_000_000_000) + b"\x01" * 10, compress)
+    with pytest.raises(idx.IdxError, match=re.escape(f"{lab_file}: truncated: 4000000000 items of 1 bytes declared")):
+        idx.read_labels(lab_file)
+    big = write(tmp_path / "big", struct.pack(">IIII", 2051, 60000, 30000, 30000) + bytes(100))
+    with pytest.raises(idx.IdxError, match=re.escape(f"{big}: truncated: 60000 items of 900000000 bytes declared")):
+        next(idx.iter_images(big))
+

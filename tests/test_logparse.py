@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from caffetool.engine.locate import caffe_env
+from caffetool.errors import RunError
 from caffetool.train.logparse import LogParser, parse_file
+
+PROJECT = Path(__file__).resolve().parent.parent
 
 DUMMY_NET = """name: "{name}"
 layer {{ name: "data" type: "DummyData" top: "data" top: "label"
@@ -119,3 +124,67 @@ def test_nan_loss_marks_divergence_after_the_last_good_iteration():
               "I20260101 10:00:01.000000 7 s.cpp:1] Iteration 10, loss = 0.5",
               "I20260101 10:00:02.000000 7 s.cpp:1] Iteration 20, loss = nan"]).metrics
     assert (m.last_good, m.diverged_at) == (10, 20)
+
+
+def parse_task(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "train.parse", *args], cwd=PROJECT,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"", "it is empty"),
+    (bytes(range(256)) * 40, "it has no glog line (I0101 10:00:00.000000 ...)"),
+    (b"Iteration 10, loss = 0.5\nsome other tool's log\n", "it has no glog line (I0101 10:00:00.000000 ...)"),
+])
+def test_a_file_that_is_no_caffe_log_is_refused(tmp_path, content, why):
+    log = tmp_path / "x.log"
+    log.write_bytes(content)
+    with pytest.raises(RunError) as err:
+        parse_file(log)
+    assert str(err.value) == f"{log} is not a Caffe log: {why}"
+
+
+def test_a_directory_or_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(RunError) as err:
+        parse_file(tmp_path)
+    assert str(err.value) == f"{tmp_path} is a directory; give a Caffe log file (a run's caffe.log)"
+    with pytest.raises(RunError) as err:
+        parse_file(tmp_path / "gone.log")
+    assert str(err.value) == f"{tmp_path / 'gone.log'} does not exist; give a Caffe log file (a run's caffe.log)"
+
+
+def test_a_log_with_glog_lines_but_no_training_is_read():
+    m = feed(["I20260101 10:00:00.000000 7 caffe.cpp:1] Use CPU."]).metrics
+    assert (m.train, m.test, m.done) == ([], {}, False)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_bytes(b""), "{log} is not a Caffe log: it is empty"),
+    (lambda p: p.write_bytes(bytes(range(256)) * 4), "{log} is not a Caffe log: it has no glog line"),
+    (lambda p: p.mkdir(), "{log} is a directory; give a Caffe log file"),
+    (lambda p: None, "{log} does not exist; give a Caffe log file"),
+])
+def test_the_parse_task_says_error_and_writes_nothing(tmp_path, make, message):
+    log, out = tmp_path / "caffe.log", tmp_path / "out"
+    make(log)
+    done = parse_task(str(log), "--out", str(out))
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: " + message.format(log=log)), done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not out.exists()
+
+
+def test_the_parse_task_writes_the_metrics_of_a_real_log(two_test_nets_log, tmp_path):
+    done = parse_task(str(two_test_nets_log), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("train: 5 train rows, net #0: 3 tests, net #1: 3 tests; finished -> ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["caffe.metrics.csv", "caffe.metrics.json"]
+
+
+def test_the_parse_task_with_a_file_as_out_folder_says_error(two_test_nets_log, tmp_path):
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file")
+    done = parse_task(str(two_test_nets_log), "--out", str(blocker))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    csv = blocker / "caffe.metrics.csv"
+    assert done.stderr.startswith(f"Error: cannot write {csv}: {blocker} is a file, not a folder")

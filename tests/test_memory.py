@@ -180,7 +180,7 @@ def test_fit_answers_for_vgg16_on_a_12gb_card():
 
 def test_fit_refuses_an_unknown_card():
     done = invoke("memory.fit", "--model", "lenet", "--gpu", "Voodoo2")
-    assert done.returncode == 1 and done.stderr.startswith("Error: unknown --gpu 'Voodoo2'; known: GTX 980")
+    assert done.returncode == 1 and done.stderr.startswith("Error: unknown --gpu 'Voodoo2'; choose one of: GTX 980")
 
 
 def test_report_reproduces_the_published_rule_of_thumb_and_names_its_sources():

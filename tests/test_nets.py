@@ -11,7 +11,7 @@ import pytest
 from caffetool.data import db, layout
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine.locate import caffe_env
-from caffetool.errors import ConfigError
+from caffetool.errors import CaffeRefused, ConfigError, NetError
 from caffetool.nets import generate, model, prototxt, solver
 
 MODELS = model.discover()
@@ -217,7 +217,7 @@ def test_model_too_big_for_the_images_is_refused(engine, fashion, tmp_path):
 def test_user_net_with_a_syntax_error_names_line_and_column(engine, fashion, tmp_path):
     bad = tmp_path / "mine.prototxt"
     bad.write_text('name: "x"\nlayer {\n  name: "a"\n  tpye: "Data"\n}\n')
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(NetError) as err:
         generate.generate(engine, None, fashion, tmp_path / "run", solver.SolverOptions(), net_file=bad)
     assert str(err.value).startswith(f"{bad}:4:3: ")
     assert "tpye" in str(err.value)
@@ -227,7 +227,7 @@ def test_user_net_is_validated_by_caffe(engine, fashion, tmp_path, caffe):
     good = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solver.SolverOptions())
     mine = tmp_path / "mine.prototxt"
     mine.write_text(good.files["train_val.prototxt"].read_text().replace("num_output: 50", "num_output: 0"))
-    with pytest.raises(ConfigError, match=r"^Caffe refused the net \(base_conv_layer.cpp:\d+\): Check failed: num_output_ > 0"):
+    with pytest.raises(CaffeRefused, match=r"^Caffe refused the net \(base_conv_layer.cpp:\d+\): Check failed: num_output_ > 0"):
         generate.generate(engine, None, fashion, tmp_path / "run", solver.SolverOptions(), net_file=mine)
     assert not (tmp_path / "run").exists()
 
@@ -250,3 +250,37 @@ def test_model_list_shows_every_model():
     lines = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:]}
     assert lines["lenet"][1:4] == ["1x28x28", "431,080", "9"]
     assert lines["vgg16"][1:3] == ["3x224x224", f"{expected_params('vgg16'):,}"]
+
+
+def test_a_broken_model_declaration_is_named(tmp_path):
+    (tmp_path / "mine.py").write_text("MODEL = Model(\n")
+    with pytest.raises(NetError, match=rf"^{tmp_path}/mine.py cannot be loaded: SyntaxError: "):
+        model.discover(tmp_path)
+    (tmp_path / "mine.py").write_text("MODEL = 5\n")
+    with pytest.raises(NetError, match=rf"^{tmp_path}/mine.py defines no MODEL = Model\(...\)$"):
+        model.discover(tmp_path)
+
+
+GENERATED = ["deploy.prototxt", "snapshots", "solver.prototxt", "train_val.prototxt"]
+
+
+def test_a_new_folder_appears_complete_and_leaves_no_staging(engine, fashion, tmp_path):
+    generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solver.SolverOptions())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == GENERATED
+
+
+def test_a_file_as_out_is_refused_and_kept(engine, fashion, tmp_path):
+    (tmp_path / "gen").write_text("mine")
+    with pytest.raises(ConfigError, match=rf"^--out {tmp_path}/gen is a file; give a folder for the generated files$"):
+        generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solver.SolverOptions())
+    assert (tmp_path / "gen").read_text() == "mine"
+
+
+def test_a_run_directory_keeps_what_else_it_holds(engine, fashion, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "labels.txt").write_text("0 zero\n")
+    generate.generate(engine, MODELS["lenet"], fashion, run, solver.SolverOptions())
+    assert sorted(p.name for p in run.iterdir()) == sorted([*GENERATED, "labels.txt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -16,6 +16,8 @@ from caffetool.engine import source
 from caffetool.engine.recipe import CAFFE_SOURCE
 from caffetool.errors import ChecksumMismatch, SourceError
 
+from .httpserver import Route, Server
+
 REAL_CACHE = config.cache_home() / "sources"
 
 
@@ -97,6 +99,33 @@ def test_unreachable_url_is_reported(tmp_path, http_folder):
     serve(tmp_path)  # an empty folder: every file is a 404
     with pytest.raises(SourceError, match=re.escape(f"could not download {url}/{CAFFE_SOURCE.orig.name}")):
         source.obtain(CAFFE_SOURCE, tmp_path / "cache", url, None)
+
+
+def test_interrupted_tarball_download_resumes_with_range(tmp_path, tarball_dir):
+    bodies = {t.name: (tarball_dir / t.name).read_bytes() for t in CAFFE_SOURCE.tarballs}
+    orig = CAFFE_SOURCE.orig.name
+    with Server() as server:
+        for name, body in bodies.items():
+            server.routes[f"/src/{name}"] = Route(body=body, cut_after=1_000_000 if name == orig else None)
+        cache = tmp_path / "cache"
+        with pytest.raises(SourceError) as err:
+            source.obtain(CAFFE_SOURCE, cache, f"{server.url}/src", None)
+        reason = f"connection closed after 1000000 of {CAFFE_SOURCE.orig.size} bytes; the next attempt resumes from there"
+        assert str(err.value) == f"could not download {server.url}/src/{orig}: {reason}"
+        assert err.value.attempts == [(f"{server.url}/src/{orig}", reason)]
+        assert source.obtain(CAFFE_SOURCE, cache, f"{server.url}/src", None) == f"{server.url}/src"
+        assert server.routes[f"/src/{orig}"].requests == [None, "bytes=1000000-"]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(bodies)
+
+
+def test_full_disk_while_copying_a_tarball_is_one_error_leaving_nothing(tmp_path, tarball_dir):
+    from .smalldisk import small_disk
+
+    with small_disk(tmp_path / "cache", "1m") as cache:
+        with pytest.raises(SourceError, match=re.escape(f"no space left to write {cache} (No space left on device); "
+                                                        f"free space in {cache} and rerun")):
+            source.obtain(CAFFE_SOURCE, cache, str(tarball_dir), None)
+        assert list(cache.iterdir()) == []
 
 
 def test_patches_apply_to_the_genuine_source(tmp_path, tarball_dir):

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import ModuleType
 
 import cv2
+import psutil
 import pytest
 
 from caffetool.data import fetch
@@ -17,10 +21,11 @@ from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine import EngineInfo
 from caffetool.errors import ConfigError
 from caffetool.nets import solver
-from caffetool.train import devices, metrics_io, session
+from caffetool.train import devices, metrics_io, session, snapshots
 from caffetool.train.logparse import parse_file
 
 from .conftest import PROJECT
+from .smalldisk import small_disk
 
 QUICK = {"test-interval": "100", "test-iter": "5", "display": "20"}
 
@@ -154,7 +159,7 @@ def _wait_for(path, text, timeout=120):
     raise AssertionError(f"{text!r} never appeared in {path}")
 
 
-def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path):
+def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path, caffe):
     child = subprocess.Popen([sys.executable, "-m", "invoke", "train", "--data-dir", str(data_dir),
                               "--runs-dir", str(tmp_path), *flags(max_iter=100000, name="stop")],
                              cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -169,8 +174,7 @@ def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path):
     run = tmp_path / "stop"
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "interrupted"
-    state = session.newest_solverstate(run)
-    stopped_at = session._iteration_of(state)
+    stopped_at = snapshots.newest_complete(run, caffe.proto.caffe_pb2).iteration
     assert stopped_at >= 140 and f"interrupted at iteration {stopped_at}" in out
     done = invoke("train.resume", "stop", "--runs-dir", str(tmp_path), "--max-iter", str(stopped_at + 40))
     assert done.returncode == 0, done.stderr[-1500:]
@@ -274,3 +278,112 @@ def test_caffe_refusing_the_setup_leaves_no_run(data_dir, tmp_path, caffe):
     assert done.stderr.startswith("Error: Caffe refused the generated net: Check failed: ")
     assert done.stderr.rstrip().endswith("Incompatible number of blobs for layer conv1")
     assert list(runs.iterdir()) == []
+
+
+def test_progress_lines_while_training_when_output_is_not_a_terminal(data_dir, tmp_path):
+    """CI, nohup, a log file: no bar is drawn there, so a plain line comes every 5% as training goes."""
+    child = subprocess.Popen([sys.executable, "-m", "invoke", "train", "--data-dir", str(data_dir),
+                              "--runs-dir", str(tmp_path), *flags(max_iter=200, display=10, name="lines")],
+                             cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = [(line.rstrip("\n"), child.poll() is None) for line in child.stdout]
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, child.stderr.read()[-1500:]
+    progress = [(line, running) for line, running in seen if line.startswith("iteration ")]
+    heads = [line.split(":")[0] for line, _ in progress]
+    assert heads == [f"iteration {i}/200 ({i / 200:.0%})" for i in range(10, 201, 10)]
+    assert progress[0][1], "the first line came only after training ended"
+    assert re.fullmatch(r"iteration 200/200 \(100%\): loss [\d.]+, test accuracy [\d.]+, [\d.]+ it/s, ETA 00:00",
+                        progress[-1][0])
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_sigkill_of_train_takes_caffe_along_and_the_run_is_resumed(data_dir, tmp_path, caffe):
+    """Caffe logs nothing between snapshots here: unkilled, it would train on for seconds unseen."""
+    child = subprocess.Popen([sys.executable, "-m", "invoke", "train", "--data-dir", str(data_dir),
+                              "--runs-dir", str(tmp_path), *flags(max_iter=100000, snapshot=300, display=100000,
+                                                                  test_interval=100000, name="killed")],
+                             cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = tmp_path / "killed"
+    try:
+        _wait_for_complete_snapshot(run, caffe.proto.caffe_pb2, 300)
+        caffes = [p.pid for p in psutil.Process(child.pid).children() if p.name() == "caffe"]
+        assert len(caffes) == 1
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and not _process_gone(caffes[0]):
+            time.sleep(0.05)
+        assert _process_gone(caffes[0]), "caffe trains on without the process that records it"
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert json.loads((run / "manifest.json").read_text())["status"] == "running"  # nobody could say otherwise
+    done = invoke("train.report", "killed", "--runs-dir", str(tmp_path), "--out", str(tmp_path / "reports"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].startswith("killed (interrupted)")
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["message"].startswith(f"the process that was training it (pid {child.pid})")
+    newest = snapshots.newest_complete(run, caffe.proto.caffe_pb2).iteration
+    assert newest >= 300
+    done = invoke("train.resume", "killed", "--runs-dir", str(tmp_path), "--max-iter", str(newest + 20))
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    assert f"Resuming from snapshots/lenet_iter_{newest}.solverstate" in (run / "caffe.log").read_text()
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "finished" and m["iterations"] == newest + 20
+
+
+def _wait_for_complete_snapshot(run: Path, caffe_pb2: ModuleType, iteration: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = [s for s in snapshots.listing(run) if s.iteration == iteration]
+        if done and snapshots.problem(run, done[0], caffe_pb2) is None:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no complete snapshot at iteration {iteration} in {run}")
+
+
+def test_disk_full_fails_the_run_and_resume_skips_the_cut_short_snapshot(data_dir, tmp_path, caffe):
+    """Two LeNet snapshots (1.7 MB each file) do not fit on 6 MB: the second is cut short."""
+    with small_disk(tmp_path / "disk", "6m") as disk:
+        done = train(data_dir, disk, max_iter=30, snapshot=10, display=10, name="full")
+        run = disk / "full"
+        assert done.returncode == 1, done.stderr[-1500:]
+        assert "Traceback" not in done.stderr
+        m = json.loads((run / "manifest.json").read_text())
+        assert m["status"] == "failed"
+        assert "No space left on device" in m["message"] or "SerializeToOstream" in m["message"]
+        assert f"status:     failed — {m['message'].splitlines()[0]}" in done.stdout
+        cut = snapshots.listing(run)[-1]
+        assert cut.iteration == 20 and snapshots.problem(run, cut, caffe.proto.caffe_pb2) is not None
+        subprocess.run(["mount", "-o", "remount,size=20m", str(disk)], check=True)  # space freed
+        done = invoke("train.resume", "full", "--runs-dir", str(disk))
+        assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+        assert done.stdout.startswith(f"not resuming from {cut.name}: ")
+        assert "resuming full from lenet_iter_10.solverstate up to iteration 30" in done.stdout
+        assert "Resuming from snapshots/lenet_iter_10.solverstate" in (run / "caffe.log").read_text()
+        m = json.loads((run / "manifest.json").read_text())
+        assert m["status"] == "finished" and m["iterations"] == 30
+
+
+def test_locate_lists_the_gpus_devices_are_chosen_from(engine, tmp_path, monkeypatch):
+    """A stand-in ``nvidia-smi`` (no GPU here) shows which calls list GPUs: only those that ask."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: Tesla M40 (UUID: GPU-0)'\necho 'GPU 1: Tesla M40 (UUID: GPU-1)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    from caffetool.engine import locate
+
+    assert locate(engine.prefix, probe=False).gpus == []
+    listed = locate(engine.prefix, probe=False, gpus=True)
+    assert listed.gpus == ["GPU 0: Tesla M40 (UUID: GPU-0)", "GPU 1: Tesla M40 (UUID: GPU-1)"]
+    assert devices.choose(listed).notice == "training on the CPU: the engine was built CPU-only"

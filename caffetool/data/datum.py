@@ -1,4 +1,4 @@
-"""Caffe ``Datum`` records, encoded in bulk with numpy.
+"""Caffe ``Datum`` records, encoded in bulk with numpy and decoded by the engine's ``caffe_pb2``.
 
 ``convert_mnist_data`` fills a Datum with channels, height, width, the raw pixel bytes and the
 label, and serialises it with protobuf, which writes set fields in field-number order:
@@ -6,9 +6,22 @@ label, and serialises it with protobuf, which writes set fields in field-number 
 image sizes every record therefore shares one prefix, so a whole chunk of records is one numpy
 array assembled with slicing: the bytes are identical to protobuf's (the tests compare them with
 the real converter's output and parse them with ``caffe_pb2``), at a fraction of the cost.
+
+Decoding has no such shortcut to earn its keep, so it is protobuf's own: whatever a database holds
+is read as Caffe reads it. Limits: only raw 8-bit pixels are decoded; ``float_data`` and
+``encoded`` (JPEG/PNG) records are refused by name.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+from google.protobuf.message import DecodeError
+
+from caffetool.data import db
+from caffetool.errors import DataError
 
 CHANNELS, HEIGHT, WIDTH, DATA, LABEL = 1, 2, 3, 4, 5
 
@@ -63,29 +76,27 @@ def encode_chunk(pixels: memoryview | bytes, labels: bytes, n: int,
     return [view[i * length : (i + 1) * length] for i in range(n)]
 
 
-def decode(record: bytes) -> tuple[int, int, int, bytes, int]:
-    """(channels, height, width, data, label) of a record written as above (no float_data)."""
-    pos, fields = 0, {}
-    while pos < len(record):
-        key, pos = _read_varint(record, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            fields[field], pos = _read_varint(record, pos)
-        elif wire == 2:
-            length, pos = _read_varint(record, pos)
-            fields[field], pos = record[pos : pos + length], pos + length
-        else:
-            raise ValueError(f"unexpected wire type {wire} in Datum field {field}")
-    return (fields.get(CHANNELS, 0), fields.get(HEIGHT, 0), fields.get(WIDTH, 0),
-            fields.get(DATA, b""), fields.get(LABEL, 0))
+def decode(record: bytes, caffe_pb2: ModuleType) -> tuple[int, int, int, bytes, int]:
+    """(channels, height, width, data, label) of a serialised Datum of raw 8-bit pixels."""
+    message = caffe_pb2.Datum()
+    try:
+        message.ParseFromString(record)
+    except DecodeError as e:
+        raise DataError(f"a record is not a Caffe Datum ({e})") from e
+    if message.encoded or message.float_data:
+        kind = "encoded images" if message.encoded else "float_data"
+        raise DataError(f"a record holds {kind}; only raw 8-bit pixels (as convert_mnist_data writes) are read")
+    size = message.channels * message.height * message.width
+    if len(message.data) != size:
+        raise DataError(f"a record of {message.channels}x{message.height}x{message.width} holds "
+                        f"{len(message.data)} bytes of pixels, expected {size}")
+    return message.channels, message.height, message.width, message.data, message.label
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
+def read(path: Path, caffe_pb2: ModuleType) -> Iterator[tuple[int, int, int, bytes, int]]:
+    """The decoded records of the database at ``path``, in key order; a bad one names its key."""
+    for key, value in db.read(path):
+        try:
+            yield decode(value, caffe_pb2)
+        except DataError as e:
+            raise DataError(f"{path}: record {key.decode(errors='replace')}: {e}") from e

@@ -1,34 +1,42 @@
 """``data.fetch``: obtain a data set's IDX files, verify them, and write Caffe databases.
 
-Each file is looked for in order: caffetool's verified cache → ``--source`` (a folder or a base
-URL) → copies installed on this system (installing the declared Debian package if needed) → the
-data set's mirrors. Whatever the origin, a file is accepted only when its checksum matches the
-declaration. The data set directory is built in a temporary sibling and renamed into place
-complete; an existing one is kept unless ``force``.
+Each file comes from the first source that delivers a verified copy. Sources are declared as
+small classes, each knowing how to obtain a file, and tried in order (:func:`sources`):
+caffetool's verified cache → ``--source`` (a :class:`LocalFolder` or a :class:`Url`) → copies
+installed on this system (:class:`DebianPackage`, installing the package if needed) → the data
+set's mirrors (:class:`Url`). A copy is accepted only when its checksum matches the declaration;
+a rejected one (wrong checksum, corrupt gzip) is deleted, mentioned, and the next source tried.
+When none delivers, :class:`SourceError` carries every attempt as ``(source, reason)``.
+
+The data set directory is built in a staging sibling and swapped into place complete
+(:func:`caffetool.fsio.staged_dir`): an existing data set stays in place until its replacement
+is finished, and staging left by a killed fetch is removed by the next one. A failed write (disk
+full, read-only folder) is reported as such, with nothing half-written kept.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import caffetool
+from caffetool import apt, download, fsio
 from caffetool.checksum import CHUNK, sha256_file
-from caffetool.data import convert, db, download, layout
+from caffetool.data import convert, db, idx, layout
 from caffetool.data.registry import SPLITS, DatasetSpec, IdxFile
-from caffetool import apt
-from caffetool.errors import CaffetoolError, ChecksumMismatch, ConfigError, SourceError
+from caffetool.errors import CaffetoolError, ChecksumMismatch, ConfigError, DataError, SourceError
 
 VERIFIED = "verified.json"
+# Bytes of database per byte of IDX images: LMDB pages hold whole records plus their keys.
+DB_OVERHEAD = 1.1
 
 
 @dataclass
@@ -38,50 +46,158 @@ class FetchResult:
     seconds: float
 
 
+class Source(Protocol):
+    """Somewhere a data file may be had."""
+
+    given: bool  # named by the user (--source): every file not taken from it is mentioned
+
+    def obtain(self, f: IdxFile, target: Path) -> str:
+        """Put a verified copy of ``f`` at ``target`` and return where it came from.
+
+        Raises SourceError (with its ``attempts``) when this source cannot deliver one.
+        """
+
+
+@dataclass(frozen=True)
+class LocalFolder:
+    """A folder holding the files, compressed as on the mirrors or not."""
+
+    folder: Path
+    given: bool = False
+
+    def obtain(self, f: IdxFile, target: Path) -> str:
+        names = (f.name, f.name.removesuffix(".gz"))
+        path = next((self.folder / n for n in names if (self.folder / n).exists()), None)
+        if path is None:
+            missing = self.folder / f.name
+            raise SourceError(f"{missing}: not found", attempts=[(str(missing), "not found")])
+        download.copy(path, target, lambda p: verify(p, f, str(path)))
+        return str(path)
+
+
+@dataclass(frozen=True)
+class Url:
+    """A base URL (``--source`` or one of the data set's mirrors) serving the files by name."""
+
+    base: str
+    timeout: float = download.DEFAULT_TIMEOUT
+    progress: bool = True
+    given: bool = False
+
+    def obtain(self, f: IdxFile, target: Path) -> str:
+        url = self.base.rstrip("/") + "/" + f.name
+        download.download(url, target, lambda p: verify(p, f, url), self.timeout, self.progress, f.size)
+        return url
+
+
+@dataclass
+class DebianPackage:
+    """A Debian package installing the files into known folders; installed once, when first needed."""
+
+    package: str
+    folders: tuple[Path, ...]
+    say: Callable[[str], None] = print
+    given: bool = False
+    failure: SourceError | None = field(default=None, init=False)
+    tried: bool = field(default=False, init=False)
+
+    def obtain(self, f: IdxFile, target: Path) -> str:
+        self._install()
+        errors = []
+        for folder in self.folders:
+            try:
+                return LocalFolder(folder).obtain(f, target)
+            except SourceError as e:
+                errors.append(e)
+        raise SourceError("\n  ".join(str(e) for e in errors),
+                          attempts=[a for e in errors for a in e.attempts])
+
+    def _install(self) -> None:
+        if not self.tried and not any(d.exists() for d in self.folders):
+            self.tried = True
+            try:
+                if apt.install_packages([self.package]):
+                    self.say(f"installed Debian package {self.package}")
+            except CaffetoolError as e:
+                self.failure = SourceError(f"{self.package}: {e}",
+                                           attempts=[(f"Debian package {self.package}", str(e))])
+        if self.failure is not None:
+            raise self.failure
+
+
 def fetch(spec: DatasetSpec, data_dir: str | Path | None = None, source: str | None = None,
           backend: str = "lmdb", force: bool = False, timeout: float = download.DEFAULT_TIMEOUT,
           progress: bool = True, say: Callable[[str], None] = print,
           mirrors: tuple[str, ...] | None = None) -> FetchResult:
     """Make ``spec`` present as Caffe databases under ``data_dir``; see the module docstring."""
     started = time.monotonic()
-    db.check_backend(backend)
+    backend = db.check_backend(backend)
     out = layout.dataset_dir(spec, data_dir)
+    with _writing(out.parent, "pass --data-dir elsewhere"):
+        if out.parent.is_dir():
+            fsio.remove_stale(out)
     if out.exists() and not force:
-        try:
-            existing = layout.load(spec, data_dir)
-        except CaffetoolError as e:
-            raise ConfigError(f"{out} exists but is not a complete data set ({e}); "
-                              "rerun with --force to rebuild it") from None
-        if existing.backend != backend:
-            raise ConfigError(f"{out} holds {existing.backend} databases; rerun with --force "
-                              f"to replace them with {backend}")
-        return FetchResult(existing, True, time.monotonic() - started)
+        return FetchResult(_existing(spec, data_dir, backend), True, time.monotonic() - started)
 
     files = obtain(spec, source, timeout, progress, say, mirrors)
     t_obtained = time.monotonic()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        build = tmp / out.name
-        build.mkdir()
-        splits = {}
-        for split, (images_role, labels_role) in SPLITS.items():
-            stats = convert.convert(
-                files[images_role]["path"], files[labels_role]["path"], build / f"{split}_{backend}",
-                backend, num_classes=len(spec.classes), progress=progress, desc=f"{spec.name} {split}",
-            )
-            splits[split] = {"db": f"{split}_{backend}", "count": stats.count,
-                             "shape": list(stats.shape), "histogram": stats.histogram}
-        (build / layout.LABELS).write_text("".join(f"{c}\n" for c in spec.classes))
-        manifest = _manifest(spec, backend, splits, files,
-                             {"obtain": t_obtained - started, "convert": time.monotonic() - t_obtained})
-        (build / layout.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        if out.exists():
-            os.rename(out, tmp / "replaced")
-        os.rename(build, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with _writing(out.parent, "pass --data-dir elsewhere"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _check_room(spec, out.parent)
+        with fsio.staged_dir(out) as build:
+            splits = {split: _convert_split(spec, files, build, split, backend, progress) for split in SPLITS}
+            (build / layout.LABELS).write_text("".join(f"{c}\n" for c in spec.classes))
+            manifest = _manifest(spec, backend, splits, files,
+                                 {"obtain": t_obtained - started, "convert": time.monotonic() - t_obtained})
+            (build / layout.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return FetchResult(layout.load(spec, data_dir), False, time.monotonic() - started)
+
+
+def _existing(spec: DatasetSpec, data_dir: str | Path | None, backend: str) -> layout.Dataset:
+    """The data set already in place, if it is complete and in ``backend``.
+
+    A damaged one raises :func:`layout.load`'s DataError, which names the fix (``--force``).
+    """
+    out = layout.dataset_dir(spec, data_dir)
+    try:
+        existing = layout.load(spec, data_dir)
+    except layout.DatasetMissing:
+        raise DataError(f"{out} exists but is not a complete data set (no {layout.MANIFEST}); "
+                        f"rerun `invoke data.fetch --dataset {spec.name} --force` to rebuild it") from None
+    if existing.backend != backend:
+        raise ConfigError(f"{out} holds {existing.backend} databases; rerun with --force "
+                          f"to replace them with {backend}")
+    return existing
+
+
+def _convert_split(spec: DatasetSpec, files: dict[str, dict], build: Path, split: str, backend: str,
+                   progress: bool) -> dict:
+    images_role, labels_role = SPLITS[split]
+    stats = convert.convert(files[images_role]["path"], files[labels_role]["path"], build / f"{split}_{backend}",
+                            backend, num_classes=len(spec.classes), progress=progress, desc=f"{spec.name} {split}")
+    return {"db": f"{split}_{backend}", "count": stats.count, "shape": list(stats.shape),
+            "histogram": stats.histogram}
+
+
+def _check_room(spec: DatasetSpec, folder: Path) -> None:
+    """Refuse before converting when ``folder``'s file system cannot hold the databases."""
+    need = int(DB_OVERHEAD * sum(spec.file(images).idx_size for images, _ in SPLITS.values()))
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise DataError(f"{folder} has {free / 1e6:.1f} MB free; the {spec.name} databases need about "
+                        f"{need / 1e6:.1f} MB — free space there or pass --data-dir elsewhere")
+
+
+@contextmanager
+def _writing(folder: Path, elsewhere: str) -> Iterator[None]:
+    """Report a failed write under ``folder`` (disk full, read-only, not a folder) as a DataError."""
+    try:
+        yield
+    except OSError as e:
+        what = "no space left on device" if download.is_disk_full(e) else (e.strerror or str(e)).lower()
+        where = e.filename or folder
+        raise DataError(f"cannot write {where}: {what}; nothing half-written was kept — "
+                        f"free space or {elsewhere}, then rerun") from e
 
 
 def _manifest(spec: DatasetSpec, backend: str, splits: dict, files: dict, seconds: dict) -> dict:
@@ -99,84 +215,67 @@ def _manifest(spec: DatasetSpec, backend: str, splits: dict, files: dict, second
     }
 
 
+def sources(spec: DatasetSpec, source: str | None = None, timeout: float = download.DEFAULT_TIMEOUT,
+            progress: bool = True, say: Callable[[str], None] = print,
+            mirrors: tuple[str, ...] | None = None) -> list[Source]:
+    """Where ``spec``'s files are looked for, in order (the verified cache comes before all)."""
+    found: list[Source] = []
+    if source and "://" in source:
+        found.append(Url(source, timeout, progress, given=True))
+    elif source:
+        found.append(LocalFolder(Path(source).expanduser(), given=True))
+    if spec.debian_package:
+        found.append(DebianPackage(spec.debian_package, spec.local_dirs, say))
+    else:
+        found += [LocalFolder(d) for d in spec.local_dirs]
+    found += [Url(m, timeout, progress) for m in (spec.mirrors if mirrors is None else mirrors)]
+    return found
+
+
 def obtain(spec: DatasetSpec, source: str | None, timeout: float, progress: bool,
            say: Callable[[str], None], mirrors: tuple[str, ...] | None = None) -> dict[str, dict]:
     """Verified local paths of all of ``spec``'s files: {role: {path, name, sha256, source}}."""
     cache = layout.raw_dir(spec)
-    cache.mkdir(parents=True, exist_ok=True)
-    verified = _read_verified(cache)
-    found: dict[str, dict] = {}
-    installed_package = False
-    for f in spec.files:
-        target = cache / f.name
-        known = verified.get(f.name, {})
-        if target.exists() and known.get("sha256") == sha256_file(target):
-            found[f.role] = {"path": target, "name": f.name, **known}
+    with _writing(cache, "set XDG_CACHE_HOME to a folder with room"):
+        cache.mkdir(parents=True, exist_ok=True)
+        verified = _read_verified(cache)
+        tried = sources(spec, source, timeout, progress, say, mirrors)
+        return {f.role: _cached(cache, f, verified) or _obtain_file(spec, f, cache, tried, verified, say)
+                for f in spec.files}
+
+
+def _cached(cache: Path, f: IdxFile, verified: dict[str, dict]) -> dict | None:
+    """The cache's copy of ``f`` if it is the one verified before; any other copy is deleted."""
+    target = cache / f.name
+    known = verified.get(f.name, {})
+    if target.exists() and known.get("sha256") == sha256_file(target):
+        return {"path": target, "name": f.name, **known}
+    target.unlink(missing_ok=True)
+    return None
+
+
+def _obtain_file(spec: DatasetSpec, f: IdxFile, cache: Path, tried: list[Source],
+                 verified: dict[str, dict], say: Callable[[str], None]) -> dict:
+    """Try each source in turn for ``f``; the first verified copy enters the cache."""
+    target = cache / f.name
+    errors: list[SourceError] = []
+    for candidate in tried:
+        try:
+            origin = candidate.obtain(f, target)
+        except SourceError as e:
+            errors.append(e)
+            if candidate.given or isinstance(e, ChecksumMismatch):
+                for where, reason in e.attempts:
+                    say(f"{f.name}: skipped {where} ({reason})")
             continue
-        failures: list[str] = []
-        candidates = _candidates(spec, f, source, mirrors)
-        for origin, kind in candidates:
-            if kind == "package" and not installed_package:
-                installed_package = True
-                try:
-                    if apt.install_packages([spec.debian_package]):
-                        say(f"installed Debian package {spec.debian_package}")
-                except CaffetoolError as e:
-                    failures.append(f"{spec.debian_package}: {e}")
-                continue
-            try:
-                if kind == "url":
-                    download.download(origin, target, lambda p, o=origin, f=f: verify(p, f, o), timeout,
-                                      progress, f.size)
-                else:
-                    _copy_verified(Path(origin), target, f)
-            except (SourceError, OSError) as e:
-                failures.append(str(e))
-                continue
-            verified[f.name] = {"sha256": sha256_file(target), "source": origin}
-            _write_verified(cache, verified)
-            found[f.role] = {"path": target, "name": f.name, **verified[f.name]}
-            say(f"{f.name}: verified, from {origin}")
-            break
-        else:
-            tried = "\n  ".join(failures or ["no source"])
-            raise SourceError(
-                f"{spec.name}: could not obtain {f.name}; tried:\n  {tried}\n"
-                f"Pass --source DIR|URL holding {', '.join(x.name for x in spec.files)}"
-            )
-    return found
-
-
-def _candidates(spec: DatasetSpec, f: IdxFile, source: str | None,
-                mirrors: tuple[str, ...] | None) -> list[tuple[str, str]]:
-    """(location, kind) pairs in the order they are tried; kind is path, url or package."""
-    out: list[tuple[str, str]] = []
-    names = (f.name, f.name.removesuffix(".gz"))
-    if source:
-        if "://" in source:
-            out.append((source.rstrip("/") + "/" + f.name, "url"))
-        else:
-            out += [(str(Path(source).expanduser() / n), "path") for n in names]
-    local = [(str(d / n), "path") for d in spec.local_dirs for n in names]
-    out += [(p, k) for p, k in local if Path(p).exists()]
-    if spec.debian_package and not any(Path(p).exists() for p, _ in local):
-        out.append((spec.debian_package, "package"))
-        out += local
-    out += [(m.rstrip("/") + "/" + f.name, "url") for m in (mirrors if mirrors is not None else spec.mirrors)]
-    return out
-
-
-def _copy_verified(src: Path, target: Path, f: IdxFile) -> None:
-    if not src.is_file():
-        raise SourceError(f"{src}: not found")
-    part = target.with_name(target.name + ".part")
-    shutil.copyfile(src, part)
-    try:
-        verify(part, f, str(src))
-    except ChecksumMismatch:
-        part.unlink(missing_ok=True)
-        raise
-    os.replace(part, target)
+        verified[f.name] = {"sha256": sha256_file(target), "source": origin}
+        fsio.write_atomic(cache / VERIFIED, json.dumps(verified, indent=1))
+        say(f"{f.name}: verified, from {origin}")
+        return {"path": target, "name": f.name, **verified[f.name]}
+    lines = "\n  ".join(str(e) for e in errors) or "no source"
+    raise SourceError(f"{spec.name}: could not obtain {f.name}; tried:\n  {lines}\n"
+                      f"Pass --source DIR|URL holding {', '.join(x.name for x in spec.files)}",
+                      attempts=[a for e in errors for a in e.attempts])
 
 
 def verify(path: Path, f: IdxFile, origin: str) -> None:
@@ -184,26 +283,28 @@ def verify(path: Path, f: IdxFile, origin: str) -> None:
     digest = sha256_file(path)
     if f.sha256 and digest == f.sha256:
         return
-    content = _content_sha256(path) if f.idx_sha256 else None
+    content = _content_sha256(path, f, origin) if f.idx_sha256 else None
     if content is not None and content == f.idx_sha256:
         return
     expected = " or ".join(x for x in (
         f.sha256 and f"file sha256 {f.sha256}", f.idx_sha256 and f"IDX content sha256 {f.idx_sha256}") if x)
-    raise ChecksumMismatch(f"{f.name} from {origin} failed verification: file sha256 {digest}"
-                           f"{f', content sha256 {content}' if content else ''}; expected {expected}; "
-                           "the copy was deleted")
+    found = f"file sha256 {digest}{f', content sha256 {content}' if content else ''}"
+    raise ChecksumMismatch(f"{f.name} from {origin} failed verification: {found}; expected {expected}; "
+                           "the copy was deleted",
+                           attempts=[(origin, f"failed verification: {found}; expected {expected}")])
 
 
-def _content_sha256(path: Path) -> str | None:
+def _content_sha256(path: Path, f: IdxFile, origin: str) -> str:
+    """The sha256 of the IDX bytes inside ``path`` (gzip-compressed or raw)."""
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as probe:
-            opener = gzip.open if probe.read(2) == b"\x1f\x8b" else open
-        with opener(path, "rb") as f:
-            while block := f.read(CHUNK):
+        with idx.open_idx(path) as stream:
+            while block := stream.read(CHUNK):
                 digest.update(block)
-    except (OSError, EOFError, gzip.BadGzipFile):
-        return None
+    except idx.GZIP_ERRORS as e:
+        reason = idx.unreadable(e)
+        raise ChecksumMismatch(f"{f.name} from {origin} is not a readable gzip file ({reason}); "
+                               "the copy was deleted", attempts=[(origin, reason)]) from e
     return digest.hexdigest()
 
 
@@ -214,9 +315,3 @@ def _read_verified(cache: Path) -> dict[str, dict]:
         return {k: v for k, v in data.items() if isinstance(v, dict)}
     except (OSError, ValueError, AttributeError):
         return {}
-
-
-def _write_verified(cache: Path, verified: dict[str, dict]) -> None:
-    tmp = cache / f".{VERIFIED}.tmp"
-    tmp.write_text(json.dumps(verified, indent=1))
-    os.replace(tmp, cache / VERIFIED)

@@ -3,6 +3,10 @@
 ``<data dir>/<name>/`` holds ``train_<backend>/``, ``test_<backend>/``, ``labels.txt`` and
 ``manifest.json`` (and, once made, ``mean.binaryproto`` and ``contact_sheet.png``). Verified raw
 IDX files are kept apart, in caffetool's cache, so rebuilding the databases never downloads again.
+
+:func:`load` is the one check that a fetched data set is usable (``data.info``, ``data.mean``,
+``model.generate`` and training all go through it): its databases must be whole files (a
+truncated LMDB otherwise kills its reader with SIGBUS) holding the records the manifest counts.
 """
 
 from __future__ import annotations
@@ -14,13 +18,13 @@ from pathlib import Path
 from caffetool import config
 from caffetool.data import db
 from caffetool.data.registry import DatasetSpec
-from caffetool.errors import CaffetoolError, ConfigError
+from caffetool.errors import DataError
 
 MANIFEST = "manifest.json"
 LABELS = "labels.txt"
 
 
-class DatasetMissing(CaffetoolError, FileNotFoundError):
+class DatasetMissing(DataError, FileNotFoundError):
     """A data set was asked for that has not been fetched."""
 
 
@@ -67,8 +71,9 @@ class Dataset:
 
 
 def load(spec: DatasetSpec, data_dir: str | Path | None) -> Dataset:
-    """The fetched data set, checked: manifest readable, databases present with their counts."""
+    """The fetched data set, checked: manifest readable, databases whole, with their counts."""
     path = dataset_dir(spec, data_dir)
+    fix = f"rerun `invoke data.fetch --dataset {spec.name} --force`"
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError:
@@ -76,15 +81,19 @@ def load(spec: DatasetSpec, data_dir: str | Path | None) -> Dataset:
             f"data set {spec.name} not found in {path.parent} — run `invoke data.fetch --dataset {spec.name}`"
         ) from None
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{path / MANIFEST} is unreadable ({e}); rerun "
-                          f"`invoke data.fetch --dataset {spec.name} --force`") from e
+        raise DataError(f"{path / MANIFEST} is unreadable ({e}); {fix}") from e
     dataset = Dataset(path, manifest)
     for split in ("train", "test"):
-        where = dataset.db(split)
+        try:
+            where, expected = dataset.db(split), dataset.count(split)
+        except (KeyError, TypeError) as e:
+            raise DataError(f"{path / MANIFEST} does not describe the {split} split ({e!r}); {fix}") from e
         if not where.is_dir():
-            raise ConfigError(f"{where} is missing; rerun `invoke data.fetch --dataset {spec.name} --force`")
-        found = db.count(where) if dataset.backend == "lmdb" else dataset.count(split)
-        if found != dataset.count(split):
-            raise ConfigError(f"{where} holds {found} records, its manifest says {dataset.count(split)}; "
-                              f"rerun `invoke data.fetch --dataset {spec.name} --force`")
+            raise DataError(f"{where} is missing; {fix}")
+        try:
+            found = db.check(where)
+        except DataError as e:
+            raise DataError(f"{e}; {fix}") from e
+        if found is not None and found != expected:
+            raise DataError(f"{where} holds {found} records, its manifest says {expected}; {fix}")
     return dataset

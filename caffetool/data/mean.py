@@ -7,33 +7,32 @@ float32, in the same order (exact sums for MNIST-sized sets, identical rounding 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from caffetool.data import datum, db
+from caffetool.data import datum
 from caffetool.engine import EngineInfo, import_caffe
-from caffetool.errors import ConfigError
+from caffetool.errors import DataError
+from caffetool.fsio import write_atomic
 
 
-def mean_image(path: Path) -> tuple[np.ndarray, int]:
+def mean_image(path: Path, engine: EngineInfo) -> tuple[np.ndarray, int]:
     """(mean as float32 array (channels, height, width), number of images)."""
     total: np.ndarray | None = None
     count = 0
     shape = None
-    for _, value in db.read(path):
-        channels, height, width, data, _ = datum.decode(value)
+    for channels, height, width, data, _ in datum.read(path, import_caffe(engine).proto.caffe_pb2):
         if total is None:
             shape = (channels, height, width)
             total = np.zeros(channels * height * width, dtype=np.float32)
         pixels = np.frombuffer(data, dtype=np.uint8)
         if pixels.size != total.size:
-            raise ConfigError(f"{path}: record {count} has {pixels.size} values, the first had {total.size}")
+            raise DataError(f"{path}: record {count} has {pixels.size} values, the first had {total.size}")
         total += pixels  # float32 += uint8, as Caffe's float blob does
         count += 1
     if total is None or shape is None:
-        raise ConfigError(f"{path} is empty: no mean to compute")
+        raise DataError(f"{path} is empty: no mean to compute")
     return (total / np.float32(count)).astype(np.float32).reshape(shape), count
 
 
@@ -44,7 +43,5 @@ def write_binaryproto(mean: np.ndarray, out: Path, engine: EngineInfo) -> Path:
     blob.num = 1
     blob.channels, blob.height, blob.width = mean.shape
     blob.data.extend(mean.ravel().tolist())
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(blob.SerializeToString())
-    os.replace(tmp, out)
+    write_atomic(out, blob.SerializeToString(), DataError)
     return out

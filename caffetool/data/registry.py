@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from caffetool.errors import ConfigError
+from caffetool.choices import choose
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,5 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (MNIST, FASHION_
 
 
 def get(name: str) -> DatasetSpec:
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown data set {name!r} for --dataset; choose one of: {', '.join(DATASETS)}"
-        ) from None
+    """The data set declared as ``name`` (any case)."""
+    return DATASETS[choose(name, DATASETS, "--dataset")]

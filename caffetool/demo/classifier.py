@@ -15,15 +15,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from caffetool.demo import preprocess
 from caffetool.engine import EngineInfo, import_caffe
-from caffetool.errors import ConfigError
+from caffetool.choices import choose
+from caffetool.errors import ConfigError, DataError, NetError, RunError
 from caffetool.nets import check, prototxt
-from caffetool.train import session
+from caffetool.train import snapshots
 
 BACKENDS = ("caffe", "opencv")
 
@@ -40,8 +43,8 @@ class ModelFiles:
 
 
 def from_run(run_dir: Path) -> ModelFiles:
-    weights = sorted((run_dir / "snapshots").glob("*.caffemodel"), key=session._iteration_of)
-    if not weights:
+    weights = snapshots.newest_weights(run_dir)
+    if weights is None:
         raise ConfigError(f"run {run_dir} has no .caffemodel yet; train it first (or give --weights)")
     white = None
     try:
@@ -50,7 +53,7 @@ def from_run(run_dir: Path) -> ModelFiles:
         white = json.loads(dataset_manifest.read_text()).get("white_on_black")
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    return ModelFiles(run_dir / "deploy.prototxt", weights[-1], run_dir / "labels.txt", run=run_dir,
+    return ModelFiles(run_dir / "deploy.prototxt", weights, run_dir / "labels.txt", run=run_dir,
                       white_on_black=white)
 
 
@@ -97,11 +100,11 @@ class Classifier:
 
 
 def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate: bool = True) -> Classifier:
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown --backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    """The model ready to classify, proven first: built in a child, labels matching the outputs."""
+    backend = choose(backend, BACKENDS, "--backend")
     for what, path in (("deploy net", files.deploy), ("weights", files.weights), ("labels", files.labels)):
         if not Path(path).is_file():
-            raise ConfigError(f"{what} {path} not found")
+            raise (RunError if files.run else ConfigError)(f"{what} {path} not found")
     caffe = import_caffe(engine)
     pb = caffe.proto.caffe_pb2
     deploy = prototxt.read(files.deploy, pb.NetParameter())
@@ -109,7 +112,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     output = deploy.layer[-1].top[0] if deploy.layer else "prob"
     if validate:  # a corrupt file aborts Caffe: let that happen in a child, not in the server
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
-    labels = [line.strip() for line in files.labels.read_text().splitlines() if line.strip()]
+    labels = _read_labels(files.labels)
     transform = _transform(caffe, files, channels, height, width)
     if backend == "caffe":
         net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
@@ -123,7 +126,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
         try:
             cvnet = cv2.dnn.readNetFromCaffe(str(files.deploy), str(files.weights))
         except (cv2.error, AttributeError) as e:
-            raise ConfigError(f"OpenCV could not load {files.deploy} with {files.weights}: {e}") from None
+            raise NetError(f"OpenCV could not load {files.deploy} with {files.weights}: {e}") from None
 
         def forward(blob: np.ndarray) -> np.ndarray:
             cvnet.setInput(blob)
@@ -131,12 +134,21 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
 
     probs = forward(np.zeros((1, channels, height, width), np.float32))
     if probs.size != len(labels):
-        raise ConfigError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
+        raise NetError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
     name = files.run.name if files.run else files.weights.stem
     return Classifier(name, backend, transform, labels, files, _forward=forward)
 
 
-def _input_shape(net, path: Path) -> tuple[int, int, int]:
+def _read_labels(path: Path) -> list[str]:
+    """One class name a line, blank lines skipped."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise DataError(f"{path} is not a text file; labels.txt holds one class name a line") from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _input_shape(net: Any, path: Path) -> tuple[int, int, int]:
     for layer in net.layer:
         if layer.type == "Input" and layer.input_param.shape:
             dims = list(layer.input_param.shape[0].dim)
@@ -144,10 +156,10 @@ def _input_shape(net, path: Path) -> tuple[int, int, int]:
                 return dims[1], dims[2], dims[3]
     if len(net.input_shape) and len(net.input_shape[0].dim) == 4:
         return tuple(net.input_shape[0].dim[1:])
-    raise ConfigError(f"{path} has no 4-D Input layer (N, C, H, W) to take images")
+    raise NetError(f"{path} has no 4-D Input layer (N, C, H, W) to take images")
 
 
-def _transform(caffe, files: ModelFiles, channels: int, height: int, width: int) -> preprocess.Transform:
+def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width: int) -> preprocess.Transform:
     scale, mean = 1.0, None
     train_val = files.run / "train_val.prototxt" if files.run else None
     if train_val and train_val.exists():
@@ -170,15 +182,20 @@ def _transform(caffe, files: ModelFiles, channels: int, height: int, width: int)
     return preprocess.Transform(channels, height, width, float(scale), mean, white)
 
 
-def _read_mean(caffe, path: Path, channels: int, height: int, width: int) -> np.ndarray:
-    if path.suffix == ".npy":
-        mean = np.load(path).astype(np.float32)
-    else:
-        blob = caffe.proto.caffe_pb2.BlobProto()
-        blob.ParseFromString(Path(path).read_bytes())
-        mean = np.array(blob.data, np.float32).reshape(blob.channels, blob.height, blob.width)
+def _read_mean(caffe: Any, path: Path, channels: int, height: int, width: int) -> np.ndarray:
+    """The mean as per-channel values or a (C, H, W) image, from .npy or Caffe's .binaryproto."""
+    try:
+        if path.suffix == ".npy":
+            mean = np.load(path, allow_pickle=False).astype(np.float32)
+        else:
+            blob = caffe.proto.caffe_pb2.BlobProto()
+            blob.ParseFromString(Path(path).read_bytes())
+            mean = np.array(blob.data, np.float32).reshape(blob.channels, blob.height, blob.width)
+    except (OSError, ValueError, DecodeError) as e:
+        raise DataError(f"mean {path} cannot be read as a mean image ({e}); give a .npy or .binaryproto "
+                        "(invoke data.mean writes one)") from None
     if mean.ndim == 3 and mean.shape[1:] != (height, width):
         mean = mean.mean(axis=(1, 2))  # a crop-sized net with a full-size mean: per-channel values
     if mean.shape[0] != channels:
-        raise ConfigError(f"mean {path} has {mean.shape[0]} channels, the net takes {channels}")
+        raise DataError(f"mean {path} has {mean.shape[0]} channels, the net takes {channels}")
     return mean

@@ -11,10 +11,10 @@ from __future__ import annotations
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from caffetool.errors import CaffetoolError
+from caffetool.errors import ImageError
 
 
-class BadMultipart(CaffetoolError, ValueError):
+class BadMultipart(ImageError):
     """A multipart body that is malformed or holds no file."""
 
 

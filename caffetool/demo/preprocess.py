@@ -22,13 +22,13 @@ import cv2
 import numpy as np
 
 from caffetool.demo import imageheader
-from caffetool.errors import CaffetoolError
+from caffetool.errors import ImageError
 
 MAX_PIXELS = 40_000_000
 MAX_DECODED_BYTES = 120_000_000  # a 40-megapixel 8-bit colour image; 15 megapixels of 16-bit RGBA
 
 
-class BadImage(CaffetoolError, ValueError):
+class BadImage(ImageError):
     """Data the demo cannot turn into the network's input: empty, broken, or refused."""
 
 

@@ -25,12 +25,12 @@ from starlette.routing import Route
 from caffetool.demo import multipart
 from caffetool.demo.classifier import Classifier
 from caffetool.demo.preprocess import BadImage, NotAnImage
-from caffetool.errors import CaffetoolError
+from caffetool.errors import CaffetoolError, ImageError
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 
 
-class BodyTooLarge(CaffetoolError, ValueError):
+class BodyTooLarge(ImageError):
     """A request body over ``--max-body``."""
 
 

@@ -13,12 +13,15 @@ import dataclasses
 import ipaddress
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
 
+from caffetool.choices import PORT
 from caffetool.demo import classifier as demo_classifier
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.server import create_app
@@ -31,7 +34,8 @@ KEEP_ALIVE_TIMEOUT = 5  # seconds a connection may wait for its first request, o
 
 def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, host: str, port: int,
           max_body: int, workers: int = 1) -> None:
-    check_port(port)
+    """Load and check the model, then serve it until Ctrl-C; the address is checked first."""
+    check_address(host, port)
     classifier = demo_classifier.load(engine, files, backend)  # fails start-up on a bad model
     warning = network_warning(host)
     if warning:
@@ -50,8 +54,25 @@ def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, h
 
 def check_port(port: int) -> None:
     """Refuse what is not a TCP port before the model loads: uvicorn would listen somewhere else."""
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"--port {port} is not a TCP port; give one from 1 to 65535")
+    if not PORT.admits(port):
+        raise PORT.refusal("--port", port)
+
+
+def check_address(host: str, port: int) -> None:
+    """Refuse a host that does not resolve, or an address already taken, before the model loads:
+    uvicorn reports either only after it, as a log line. The probe binds as uvicorn will, and lets go."""
+    check_port(port)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise ConfigError(f"--host {host!r} is not an address of this machine: {getattr(e, 'strerror', e)}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}; choose another --port "
+                              "(or --host)") from None
 
 
 def network_warning(host: str) -> str | None:
@@ -74,7 +95,7 @@ def uvicorn_options(host: str, port: int) -> dict[str, Any]:
             "timeout_keep_alive": KEEP_ALIVE_TIMEOUT}
 
 
-def app_from_environment():
+def app_from_environment() -> Starlette:
     """uvicorn worker entry point: rebuild the app from CONFIG_VARIABLE (already validated)."""
     config = json.loads(os.environ[CONFIG_VARIABLE])
     f = config["files"]

@@ -12,14 +12,16 @@ import os
 import re
 import signal
 import subprocess
-import time
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm import tqdm
 
 from caffetool.engine.recipe import BuildOptions, cmake_flags
 from caffetool.errors import BuildError
+from caffetool.proc import exit_status, last_lines
 
 PERCENT = re.compile(r"^\[\s*(\d+)%\]")
 
@@ -56,7 +58,8 @@ def _advance(bar: tqdm, line: str) -> None:
         bar.update(int(match.group(1)) - bar.n)
 
 
-def _run(argv: list[str], cwd: Path, log: Path, what: str, on_line=None) -> None:
+def _run(argv: list[str], cwd: Path, log: Path, what: str, on_line: Callable[[str], None] | None = None) -> None:
+    """Run one build step with its output appended to ``log``; raise :class:`BuildError` if it fails."""
     env = {**os.environ, "LC_ALL": "C"}
     with open(log, "a") as out:
         out.write(f"$ (cd {cwd} && {' '.join(argv)})\n")
@@ -79,7 +82,7 @@ def _run(argv: list[str], cwd: Path, log: Path, what: str, on_line=None) -> None
             code = process.wait()
             _reap_group(process.pid)
     if code != 0:
-        raise BuildError(f"{what} failed (exit {code}):\n{_error_lines(log)}\nFull log: {log}")
+        raise BuildError(f"{what} failed ({exit_status(code)}):\n{_error_lines(log)}\nFull log: {log}")
 
 
 def _reap_group(pgid: int, grace: float = 10.0) -> None:
@@ -98,6 +101,7 @@ def _reap_group(pgid: int, grace: float = 10.0) -> None:
 
 
 def _error_lines(log: Path, limit: int = 8) -> str:
-    lines = log.read_text(errors="replace").splitlines()
-    errors = [line for line in lines if re.search(r"error|Error|CMake Error", line)]
-    return "\n".join((errors or lines)[-limit:])
+    """The log's last lines that mention an error (a compiler's, CMake's), else its last lines."""
+    text = log.read_text(errors="replace")
+    errors = [line for line in text.splitlines() if re.search(r"error|Error|CMake Error", line)]
+    return last_lines("\n".join(errors) or text, limit)

@@ -32,19 +32,19 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import caffetool
-from caffetool import config
+from caffetool import config, fsio
 from caffetool.checksum import sha256_file
 from caffetool.engine import cudalibs, elf
 from caffetool.engine.locate import MANIFEST, EngineInfo, locate
-from caffetool.errors import (BuildError, ChecksumMismatch, ConfigError, EngineCorrupt, EngineError,
-                              EngineNotFound, SourceError)
+from caffetool.errors import (BundleError, ChecksumMismatch, ConfigError, EngineCorrupt,
+                              EngineError, EngineNotFound, SourceError)
+from caffetool.proc import run_checked
 
 BUNDLE_MANIFEST = "caffetool-bundle.json"
 VENDOR = PurePosixPath("lib/vendor")
@@ -94,9 +94,8 @@ def make(prefix: str | os.PathLike[str] | None = None, out: str | os.PathLike[st
     vendored, cuda_needed = _closure(engine.prefix, [files[rel] for rel in elves])
     cuda = _cuda_section(engine, cuda_needed)
     target = (Path(out) if out else Path.cwd() / default_name(engine, cuda)).absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".bundle-", dir=target.parent) as tmp:
-        tree = Path(tmp) / "tree"
+    with fsio.staging_folder(target) as staging:
+        tree = staging / "tree"
         _stage(files, vendored, tree)
         staged_elves = [tree / rel for rel in elves] + [tree / VENDOR / name for name in vendored]
         for path in staged_elves:
@@ -104,7 +103,7 @@ def make(prefix: str | os.PathLike[str] | None = None, out: str | os.PathLike[st
         manifest = _manifest(engine, tree, vendored, cuda, elf.glibc_floor(staged_elves))
         archive = _write_archive(tree, manifest, target, _epoch(engine), level)
     digest = sha256_file(archive)
-    archive.with_name(archive.name + ".sha256").write_text(f"{digest}  {archive.name}\n")
+    fsio.write_atomic(archive.with_name(archive.name + ".sha256"), f"{digest}  {archive.name}\n", BundleError)
     say(f"bundled {len(manifest['files'])} files ({len(vendored)} vendored libraries) into {archive}")
     return BundleResult(archive, digest, archive.stat().st_size, len(manifest["files"]), sorted(vendored),
                         cuda, manifest["glibc_floor"], time.monotonic() - started)
@@ -149,7 +148,7 @@ def _closure(prefix: Path, elves: list[Path]) -> tuple[dict[str, Path], set[str]
                 vendored.setdefault(name, dep.path.resolve())
     if missing:
         listed = ", ".join(f"{name} (needed by {path.name})" for name, path in sorted(missing.items()))
-        raise BuildError(f"cannot bundle: the loader does not find {listed}; install the package providing it")
+        raise BundleError(f"cannot bundle: the loader does not find {listed}; install the package providing it")
     return vendored, cuda
 
 
@@ -161,8 +160,8 @@ def _cuda_section(engine: EngineInfo, needed: set[str]) -> dict | None:
     for soname in sorted(needed):
         lib = cudalibs.library(major, soname)
         if lib is None:
-            raise BuildError(f"the engine needs {soname}, which no CUDA {major} wheel declared in "
-                             "caffetool/engine/cudalibs.py provides")
+            raise BundleError(f"the engine needs {soname}, which no CUDA {major} wheel declared in "
+                              "caffetool/engine/cudalibs.py provides")
         libraries.append({"soname": soname, "wheel": lib.wheel, "folder": lib.folder})
     requirements = sorted({cudalibs.library(major, s).requirement for s in needed})
     options = engine.manifest.get("options", {})
@@ -195,8 +194,8 @@ def _stage(files: dict[PurePosixPath, Path], vendored: dict[str, Path], tree: Pa
         if path.is_symlink():
             link = os.readlink(path)
             if os.path.isabs(link):
-                raise BuildError(f"{path} links to the absolute path {link}; a bundle can only carry "
-                                 "links inside the install")
+                raise BundleError(f"{path} links to the absolute path {link}; a bundle can only carry "
+                                  "links inside the install")
             os.symlink(link, dest)
         else:
             shutil.copyfile(path, dest)
@@ -272,31 +271,29 @@ def _write_archive(tree: Path, manifest: dict, target: Path, mtime: int, level: 
     """Write the reproducible ``.tar.zst``: the manifest first, then every entry sorted by path."""
     import zstandard  # noqa: PLC0415
 
-    part = target.with_name(target.name + ".part")
-    try:
-        with open(part, "wb") as raw:
-            compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
-            with compressor.stream_writer(raw, closefd=False) as zst:
-                with tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                    data = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
-                    tar.addfile(_member(BUNDLE_MANIFEST, tarfile.REGTYPE, 0o644, mtime, len(data)), io.BytesIO(data))
-                    for path in _walk(tree):
-                        rel = path.relative_to(tree).as_posix()
-                        if path.is_symlink():
-                            info = _member(rel, tarfile.SYMTYPE, 0o777, mtime)
-                            info.linkname = os.readlink(path)
-                            tar.addfile(info)
-                        elif path.is_dir():
-                            tar.addfile(_member(rel, tarfile.DIRTYPE, 0o755, mtime))
-                        else:
-                            mode = 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
-                            with open(path, "rb") as f:
-                                tar.addfile(_member(rel, tarfile.REGTYPE, mode, mtime, path.stat().st_size), f)
-        os.replace(part, target)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+    compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
+    with (fsio.atomic_file(target, BundleError) as part, open(part, "wb") as raw,
+          compressor.stream_writer(raw, closefd=False) as zst,
+          tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar):
+        data = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+        tar.addfile(_member(BUNDLE_MANIFEST, tarfile.REGTYPE, 0o644, mtime, len(data)), io.BytesIO(data))
+        for path in _walk(tree):
+            _add(tar, path, path.relative_to(tree).as_posix(), mtime)
     return target
+
+
+def _add(tar: tarfile.TarFile, path: Path, name: str, mtime: int) -> None:
+    """One entry with fixed owner and time: a link as a link, a folder, or a file's bytes."""
+    if path.is_symlink():
+        info = _member(name, tarfile.SYMTYPE, 0o777, mtime)
+        info.linkname = os.readlink(path)
+        tar.addfile(info)
+    elif path.is_dir():
+        tar.addfile(_member(name, tarfile.DIRTYPE, 0o755, mtime))
+    else:
+        mode = 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
+        with open(path, "rb") as f:
+            tar.addfile(_member(name, tarfile.REGTYPE, mode, mtime, path.stat().st_size), f)
 
 
 def _walk(tree: Path) -> Iterator[Path]:
@@ -327,7 +324,7 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
             force: bool = False, link: bool = True, pip: bool = True,
             say: Callable[[str], None] = print) -> BundleInstall:
     """Verify ``bundle`` (a file or URL), check it suits this machine, install it atomically."""
-    from caffetool.engine.install import STAGING_MARK, link_pycaffe, remove_stale_staging  # noqa: PLC0415
+    from caffetool.engine.install import link_pycaffe  # noqa: PLC0415
 
     started = time.monotonic()
     root = config.engine_prefix(prefix)
@@ -346,12 +343,7 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
         raise ConfigError(f"{root} already holds an engine; pass --force to replace it with {Path(bundle).name}, "
                           "or choose another --prefix")
     cuda_dir = _cuda_libraries(manifest["cuda"], pip, say) if manifest.get("cuda") else None
-    root.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(root)
-    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}{STAGING_MARK}"))
-    (staging / "pid").write_text(str(os.getpid()))
-    try:
-        tree = staging / "root"
+    with fsio.staged_dir(root) as tree:
         _extract(archive, tree, manifest)
         if cuda_dir is not None:
             os.symlink(cuda_dir, tree / CUDA_LINK)
@@ -361,11 +353,6 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
                            "installed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         (tree / MANIFEST).write_text(json.dumps(build, indent=2) + "\n")
         _smoke(tree)
-        if root.exists():
-            os.rename(root, staging / "replaced")
-        os.rename(tree, root)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     engine = locate(root, probe=link)
     if link and manifest.get("python") == f"{sys.version_info.major}.{sys.version_info.minor}":
         link_pycaffe(engine, say)
@@ -381,7 +368,7 @@ def _obtain(bundle: str) -> Path:
         if not path.is_file():
             raise SourceError(f"no bundle at {path}; make one with `caffetool engine.bundle`")
         return path.absolute()
-    from caffetool.data.download import download  # noqa: PLC0415
+    from caffetool.download import download  # noqa: PLC0415
 
     cache = config.cache_home() / "bundles"
     cache.mkdir(parents=True, exist_ok=True)
@@ -425,11 +412,11 @@ def check_suitable(manifest: dict) -> list[str]:
     """Refuse a bundle this machine cannot run, naming why; return notes on what it can."""
     machine = platform.machine()
     if manifest.get("machine") != machine:
-        raise ConfigError(f"the bundle was built for {manifest.get('machine')} CPUs; this machine is {machine}: "
+        raise BundleError(f"the bundle was built for {manifest.get('machine')} CPUs; this machine is {machine}: "
                           f"build a bundle on a {machine} machine")
     floor, here = manifest.get("glibc_floor", "0"), elf.host_glibc()
     if elf.version_tuple(floor) > elf.version_tuple(here):
-        raise ConfigError(f"the bundle needs glibc {floor} or newer; this machine has {here}: build the bundle "
+        raise BundleError(f"the bundle needs glibc {floor} or newer; this machine has {here}: build the bundle "
                           "on an older distribution (its glibc is the floor)")
     notes = []
     cuda = manifest.get("cuda")
@@ -438,7 +425,7 @@ def check_suitable(manifest: dict) -> list[str]:
         if driver is None:
             notes.append(f"no NVIDIA driver here: this CUDA {cuda['major']} engine runs on the CPU only")
         elif driver[0] < cuda["major"]:
-            raise ConfigError(f"the NVIDIA driver here serves CUDA up to {driver[0]}.{driver[1]}; the bundle needs "
+            raise BundleError(f"the NVIDIA driver here serves CUDA up to {driver[0]}.{driver[1]}; the bundle needs "
                               f"CUDA {cuda['major']}: update the driver, or use a CUDA {driver[0]} bundle")
     return notes
 
@@ -465,10 +452,8 @@ def _cuda_libraries(cuda: dict, pip: bool, say: Callable[[str], None]) -> Path:
         raise EngineError(f"the CUDA libraries this bundle needs are not installed in {sys.executable}: "
                           f"pip install {' '.join(cuda['requirements'])}")
     say(f"installing the CUDA wheels the bundle declares: {' '.join(cuda['requirements'])}")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *cuda["requirements"]],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise EngineError(f"pip could not install {' '.join(cuda['requirements'])}: {done.stderr.strip()[-400:]}")
+    run_checked([sys.executable, "-m", "pip", "install", "-q", *cuda["requirements"]],
+                what=f"pip install {' '.join(cuda['requirements'])}", error=EngineError)
     found = find_cuda_folder(cuda)
     if found is None:
         raise EngineError(f"after installing {' '.join(cuda['requirements'])} the libraries "
@@ -493,7 +478,7 @@ def _current(root: Path) -> EngineInfo | None:
     except EngineNotFound:
         return None
     except EngineCorrupt as e:
-        raise ConfigError(f"{e}; nothing was changed (pass --force to replace it)") from None
+        raise EngineCorrupt(f"{e}; nothing was changed (pass --force to replace it)") from None
 
 
 def _extract(archive: Path, tree: Path, manifest: dict) -> None:
@@ -501,7 +486,7 @@ def _extract(archive: Path, tree: Path, manifest: dict) -> None:
     it, then check each file against the manifest's sha256."""
     import zstandard  # noqa: PLC0415
 
-    tree.mkdir(parents=True)
+    tree.mkdir(parents=True, exist_ok=True)
     try:
         _unpack_members(archive, tree)
     except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
@@ -552,6 +537,5 @@ def _open_tar(archive: Path) -> tarfile.TarFile:
 def _smoke(tree: Path) -> None:
     """The unpacked ``caffe --version`` must run with no library path set: the proof it is relocatable."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    done = subprocess.run([str(tree / "bin" / "caffe"), "--version"], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise EngineCorrupt(f"the bundle's caffe does not run here: {(done.stderr or done.stdout).strip()[-400:]}")
+    run_checked([tree / "bin" / "caffe", "--version"], what="the bundle's `caffe --version` on this machine",
+                error=EngineCorrupt, env=env)

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from caffetool import config
 from caffetool.engine import cudakit
 from caffetool.engine.install import install
+from caffetool.engine.locate import caffe_env
 from caffetool.engine.recipe import BuildOptions
+from caffetool.errors import BuildError
+from caffetool.proc import exit_status, last_lines, run_checked
 
 # CUDA 13 compiles for Turing and newer only (Volta's 70 was dropped); the Docker images, on CUDA 12,
 # add 70.
@@ -35,7 +39,8 @@ class CheckResult:
 
 
 def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, source: str | None = None,
-                  extra_cmake: tuple[str, ...] = (), say=print) -> CheckResult:
+                  extra_cmake: tuple[str, ...] = (), say: Callable[[str], object] = print) -> CheckResult:
+    """Build the CUDA engine into a side prefix; its ``caffe`` must run, and fail to find a GPU."""
     kit = cudakit.assemble(config.cache_home() / "cuda-toolkit-13", config.cache_home() / "cuda-wheels")
     prefix = config.cache_home() / "engine-cuda-check"
     options = BuildOptions(cuda=True, cudnn=True, nccl=True, cuda_arch=arch, extra_cmake=(
@@ -49,9 +54,8 @@ def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, 
     text = log.read_text(errors="replace")
     objects = len(set(re.findall(r"Building NVCC \(Device\) object (\S+)", text)))
     caffe = result.engine.prefix / "bin" / "caffe"
-    version = subprocess.run([str(caffe), "--version"], capture_output=True, text=True)
-    query = subprocess.run([str(caffe), "device_query", "-gpu", "0"], capture_output=True, text=True)
-    lines = query.stderr.strip().splitlines() or ["(no output)"]
-    fatal = next((line.split("] ", 1)[-1] for line in lines if line.startswith("F")), lines[-1])
+    version = run_checked([caffe, "--version"], what="the CUDA build's `caffe --version`", error=BuildError)
+    query = subprocess.run([str(caffe), "device_query", "-gpu", "0"], capture_output=True, text=True,
+                           errors="replace", env=caffe_env())
     return CheckResult(result.engine.prefix, objects, result.seconds, version.stdout.strip(),
-                       f"exit {query.returncode}: {fatal}", result.log)
+                       f"{exit_status(query.returncode)}: {last_lines(query.stderr, 1)}", result.log)

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 from caffetool.errors import BuildError
+from caffetool.proc import run_checked
 
 # Wheels whose CUDA major version matches nvcc 13.0 (the *-cu13 spellings of cuBLAS, cuRAND and
 # CCCL are empty placeholders on PyPI).
@@ -51,10 +52,8 @@ def assemble(out: Path, wheels_dir: Path) -> Path:
         return out
     root = nvcc_root()
     wheels_dir.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels_dir),
-                           *WHEELS], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise BuildError(f"pip could not fetch the CUDA library wheels: {done.stderr.strip()[-400:]}")
+    run_checked([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels_dir, *WHEELS],
+                what="pip download of the CUDA library wheels", error=BuildError)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "include").mkdir(parents=True)

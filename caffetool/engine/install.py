@@ -1,10 +1,11 @@
 """Install the engine: dependencies, source, patches, build, then an atomic move into place.
 
 Everything is built inside a hidden staging folder next to the prefix (same file system, so
-the final ``rename`` is atomic). The prefix appears only when the build, the staged install,
-the manifest and a smoke test are all complete; an interrupted or failed build leaves nothing
-that looks installed. A second call with the same options finds the install, checks it and
-returns in about a second.
+the final ``rename``, an exchange when ``--force`` replaces an engine, is atomic). The prefix
+appears only when the build, the staged install, the manifest and a smoke test are all complete;
+an interrupted or failed build leaves nothing that looks installed, and the staging folder of a
+killed build is removed by the next one (:mod:`caffetool.fsio`). A second call with the same
+options finds the install, checks it and returns in about a second.
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import caffetool
-from caffetool import config
-from caffetool import apt
+from caffetool import apt, config, fsio
 from caffetool.engine import build, source
 from caffetool.engine.locate import MANIFEST, EngineInfo, locate
 from caffetool.checksum import sha256_file
@@ -39,9 +38,9 @@ from caffetool.engine.recipe import (
     BuildOptions,
 )
 from caffetool.errors import BuildError, ConfigError, EngineCorrupt, EngineError, EngineNotFound
+from caffetool.proc import run_checked
 
 PTH_NAME = "caffetool-pycaffe.pth"
-STAGING_MARK = ".staging-"
 # Reference prototxt files kept from the source tree: Caffe's own examples and model zoo
 # definitions, which tests and users compare generated nets against.
 KEPT_SOURCE_FILES = ("examples/**/*.prototxt", "models/**/*.prototxt", "python/caffe/imagenet/*.npy")
@@ -96,11 +95,7 @@ def install(
             say(f"installed system packages: {' '.join(installed)}")
         ensure_pycaffe_modules(say)
 
-    root.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(root)
-    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}{STAGING_MARK}"))
-    (staging / "pid").write_text(str(os.getpid()))
-    try:
+    with fsio.staging_folder(root) as staging:
         say(f"building Caffe {CAFFE_SOURCE.version} into {root} (log: {log})")
         manifest = _build(root, staging, options, source_location, debian_mirror, jobs, log, timings, progress)
         timings["total"] = round(time.monotonic() - started, 1)
@@ -109,9 +104,7 @@ def install(
         shutil.copyfile(log, staged / "share" / "caffetool" / "build.log")
         (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _smoke_test(staged)
-        _swap_into_place(staged, root, staging)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        fsio.move_into_place(staged, root, staging)
     engine = locate(root, probe=link)
     if link:
         link_pycaffe(engine, say)
@@ -207,26 +200,8 @@ def _keep_reference_files(tree: Path, dest: Path) -> None:
 def _smoke_test(staged: Path) -> None:
     """Run the staged ``caffe --version`` against the staged libraries before moving it in."""
     env = {**os.environ, "LD_LIBRARY_PATH": str(staged / "lib")}
-    done = subprocess.run([str(staged / "bin" / "caffe"), "--version"], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise BuildError(f"the freshly built caffe does not run: {done.stderr.strip()[-400:]}")
-
-
-def _swap_into_place(staged: Path, root: Path, staging: Path) -> None:
-    """Rename the staged prefix to ``root``; an old prefix (with --force) goes only after that."""
-    if root.exists():
-        os.rename(root, staging / "replaced")
-    os.rename(staged, root)
-
-
-def remove_stale_staging(root: Path) -> None:
-    """Delete staging folders whose builder process is gone (killed, machine rebooted)."""
-    for path in root.parent.glob(f".{root.name}{STAGING_MARK}*"):
-        try:
-            pid = int((path / "pid").read_text())
-            os.kill(pid, 0)
-        except (OSError, ValueError):
-            shutil.rmtree(path, ignore_errors=True)
+    run_checked([staged / "bin" / "caffe", "--version"], what="the freshly built `caffe --version`", error=BuildError,
+                env=env)
 
 
 def ensure_pycaffe_modules(say: Callable[[str], None] = print) -> None:
@@ -235,9 +210,8 @@ def ensure_pycaffe_modules(say: Callable[[str], None] = print) -> None:
     if not missing:
         return
     say(f"installing pycaffe's Python dependencies: {' '.join(missing)}")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise EngineError(f"pip could not install {' '.join(missing)}: {done.stderr.strip()[-400:]}")
+    run_checked([sys.executable, "-m", "pip", "install", "-q", *missing], what=f"pip install {' '.join(missing)}",
+                error=EngineError)
 
 
 def link_pycaffe(engine: EngineInfo, say: Callable[[str], None] = print) -> Path:

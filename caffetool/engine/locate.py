@@ -15,9 +15,11 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from caffetool import config
 from caffetool.errors import EngineCorrupt, EngineNotFound
+from caffetool.proc import exit_status, last_lines
 
 MANIFEST = "caffetool-engine.json"
 PYCAFFE_DIR = Path("lib/python3/dist-packages")
@@ -31,7 +33,8 @@ TOOLS: tuple[str, ...] = (
     "upgrade_solver_proto_text",
     "extract_features",
 )
-QUIET_GLOG = {"GLOG_minloglevel": "2"}
+# glog writes log files into $TMPDIR (or /tmp) unless told to log to stderr, where we read it.
+QUIET_GLOG = {"GLOG_minloglevel": "2", "GLOG_logtostderr": "1"}
 
 
 @dataclass
@@ -67,11 +70,13 @@ class EngineInfo:
         return data
 
 
-def locate(prefix: str | os.PathLike[str] | None = None, probe: bool = True) -> EngineInfo:
+def locate(prefix: str | os.PathLike[str] | None = None, probe: bool = True, gpus: bool | None = None) -> EngineInfo:
     """Return the engine at ``prefix`` (default: config.engine_prefix()) or raise.
 
-    ``probe`` also runs ``caffe --version``, imports pycaffe in a child interpreter and lists
-    GPUs; without it only the files are checked (cheap, for callers that just need paths).
+    ``probe`` also runs ``caffe --version`` and imports pycaffe in a child interpreter; without it
+    only the files are checked (cheap, for callers that just need paths). ``gpus`` lists the
+    visible GPUs into ``EngineInfo.gpus`` (by default when probing): callers that choose devices
+    ask for them without paying for the probe.
     """
     root = config.engine_prefix(prefix)
     if not root.is_dir() or not any(root.iterdir()):
@@ -97,6 +102,8 @@ def locate(prefix: str | os.PathLike[str] | None = None, probe: bool = True) -> 
     info = EngineInfo(prefix=root, manifest=manifest, tools=tools, python_path=root / PYCAFFE_DIR)
     if probe:
         _probe(info)
+    if gpus or (gpus is None and probe):
+        info.gpus = visible_gpus()
     return info
 
 
@@ -113,11 +120,10 @@ def _probe(info: EngineInfo) -> None:
     except (OSError, subprocess.TimeoutExpired) as e:
         raise EngineCorrupt(_corrupt(info.prefix, f"bin/caffe does not run ({e})")) from e
     if done.returncode != 0:
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise EngineCorrupt(_corrupt(info.prefix, f"`caffe --version` failed: {last[0]}"))
+        last = last_lines(done.stderr or done.stdout, 1)
+        raise EngineCorrupt(_corrupt(info.prefix, f"`caffe --version` failed: {last}"))
     info.version = done.stdout.strip().removeprefix("caffe version ").strip()
     info.pycaffe, info.pycaffe_error = pycaffe_imports(info.python_path)
-    info.gpus = visible_gpus()
 
 
 def pycaffe_imports(python_path: Path, python: str = sys.executable) -> tuple[bool, str | None]:
@@ -129,8 +135,7 @@ def pycaffe_imports(python_path: Path, python: str = sys.executable) -> tuple[bo
     )
     if done.returncode == 0:
         return True, None
-    lines = done.stderr.strip().splitlines()
-    return False, lines[-1] if lines else f"exit {done.returncode}"
+    return False, last_lines(done.stderr, 1) if done.stderr.strip() else exit_status(done.returncode)
 
 
 def visible_gpus() -> list[str]:
@@ -145,16 +150,21 @@ def visible_gpus() -> list[str]:
 
 
 def caffe_env(**extra: str) -> dict[str, str]:
-    """Environment for running a Caffe binary whose INFO log lines are read (glog to stderr)."""
+    """Environment for running a Caffe binary whose INFO log lines are read (glog to stderr, no log files)."""
     return {**os.environ, "GLOG_logtostderr": "1", "GLOG_minloglevel": "0", **extra}
 
 
-def import_caffe(info: EngineInfo):
-    """Import pycaffe from ``info``'s prefix in this process and return the module."""
+def import_caffe(info: EngineInfo) -> ModuleType:
+    """Import pycaffe from ``info``'s prefix in this process and return the module.
+
+    glog reads its settings from the environment when libcaffe loads, so they are set first:
+    quiet, and to stderr rather than into log files (for ``caffe.init_log`` callers and children).
+    """
     path = str(info.python_path)
     if path not in sys.path:
         sys.path.insert(0, path)
-    os.environ.setdefault("GLOG_minloglevel", "2")
+    for name, value in QUIET_GLOG.items():
+        os.environ.setdefault(name, value)
     import caffe  # noqa: PLC0415 - the engine decides where pycaffe comes from
 
     return caffe

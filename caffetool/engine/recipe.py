@@ -12,34 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class Tarball:
-    name: str
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
-class SourcePackage:
-    """A Debian source package, pinned by version and tarball checksums."""
-
-    package: str
-    version: str
-    suite: str
-    component: str
-    upstream_commit: str
-    tarballs: tuple[Tarball, ...]
-    keyring: str = "/usr/share/keyrings/debian-archive-keyring.gpg"
-
-    @property
-    def orig(self) -> Tarball:
-        return next(t for t in self.tarballs if ".orig." in t.name)
-
-    @property
-    def debian(self) -> Tarball:
-        return next(t for t in self.tarballs if ".debian." in t.name)
-
+from caffetool.apt import SourcePackage, Tarball
 
 CAFFE_SOURCE = SourcePackage(
     package="caffe",

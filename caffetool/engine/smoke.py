@@ -6,15 +6,15 @@ The net learns to put random Gaussian inputs in class 0: no data set is needed, 
 
 from __future__ import annotations
 
-import re
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from caffetool import glog
 from caffetool.engine.locate import EngineInfo, caffe_env
 from caffetool.errors import EngineError
+from caffetool.proc import last_lines, run_checked
 
 NET = """name: "smoke"
 layer { name: "data" type: "DummyData" top: "data" top: "label"
@@ -37,8 +37,6 @@ solver_mode: CPU
 random_seed: 1
 """
 
-LOSS = re.compile(r"Iteration (\d+).*?, loss = ([-+0-9.eEnaif]+)")
-
 
 @dataclass
 class SmokeResult:
@@ -55,15 +53,12 @@ def tiny_training(engine: EngineInfo, iterations: int = 50) -> SmokeResult:
         net.write_text(NET)
         solver.write_text(SOLVER.format(net=net, iterations=iterations))
         start = time.monotonic()
-        done = subprocess.run(
-            [str(engine.caffe), "train", f"-solver={solver}"],
-            capture_output=True, text=True, cwd=tmp, env=caffe_env(),
-        )
+        done = run_checked([engine.caffe, "train", f"-solver={solver}"], what="`caffe train` on the smoke net",
+                           error=EngineError, cwd=tmp, env=caffe_env(), lines=5)
         seconds = time.monotonic() - start
-    losses = [(int(i), float(v)) for i, v in LOSS.findall(done.stderr)]
-    if done.returncode != 0 or len(losses) < 2:
-        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-        raise EngineError(f"`caffe train` on the smoke net failed (exit {done.returncode}):\n{tail}")
+    losses = glog.losses(done.stderr)
+    if len(losses) < 2:
+        raise EngineError(f"`caffe train` on the smoke net logged fewer than two losses:\n{last_lines(done.stderr, 5)}")
     if not losses[-1][1] < losses[0][1]:
         raise EngineError(f"the smoke net did not learn: loss {losses[0][1]} -> {losses[-1][1]}")
     return SmokeResult(losses[-1][0], seconds, losses[0][1], losses[-1][1])

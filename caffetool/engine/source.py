@@ -3,24 +3,24 @@
 Tarballs are tried in order: caffetool's cache (already verified) → ``--source`` (a folder or
 a base URL holding both tarballs) → apt through a private configuration. Whatever the origin,
 each tarball is checked against the pinned sha256 before it enters the cache, so every later
-step works on exactly the bytes the recipe names.
+step works on exactly the bytes the recipe names. Downloads and copies go through
+:mod:`caffetool.download`, so an interrupted download resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from caffetool import apt, download
+from caffetool.apt import SourcePackage, Tarball
 from caffetool.checksum import sha256_file, verify_sha256
-from caffetool import apt
-from caffetool.engine.recipe import PATCH_DIR, PROJECT_PATCHES, SourcePackage
+from caffetool.engine.recipe import PATCH_DIR, PROJECT_PATCHES
 from caffetool.errors import BuildError, ChecksumMismatch, SourceError
 
 DOWNLOAD_TIMEOUT = 60.0
@@ -38,8 +38,20 @@ def obtain(pkg: SourcePackage, cache: Path, source: str | None, mirror: str | No
     cache.mkdir(parents=True, exist_ok=True)
     if _cached(pkg, cache):
         return "cache"
+    try:
+        return _obtain(pkg, cache, source, mirror)
+    except OSError as e:
+        if not download.is_disk_full(e):
+            raise
+        raise SourceError(f"no space left to write {e.filename or cache} ({e.strerror}); "
+                          f"free space in {cache} and rerun") from e
+
+
+def _obtain(pkg: SourcePackage, cache: Path, source: str | None, mirror: str | None) -> str:
     if source:
-        _from_location(pkg, cache, source)
+        for tarball in pkg.tarballs:
+            if not (cache / tarball.name).exists():  # _cached removed any bad copy
+                _from_location(tarball, cache, source)
         return source
     mirror = mirror or apt.system_debian_mirror()
     if not mirror:
@@ -67,29 +79,27 @@ def _cached(pkg: SourcePackage, cache: Path) -> bool:
     return ok
 
 
-def _from_location(pkg: SourcePackage, cache: Path, source: str) -> None:
-    with tempfile.TemporaryDirectory(dir=cache, prefix=".src-") as tmp:
-        staged = Path(tmp)
-        for tarball in pkg.tarballs:
-            if "://" in source:
-                _download(source.rstrip("/") + "/" + tarball.name, staged / tarball.name)
-            else:
-                found = Path(source).expanduser() / tarball.name
-                if not found.is_file():
-                    raise SourceError(
-                        f"{found} not found; --source must be a folder holding "
-                        f"{' and '.join(t.name for t in pkg.tarballs)}"
-                    )
-                shutil.copyfile(found, staged / tarball.name)
-        _adopt(pkg, staged, cache, origin=source)
+def _from_location(tarball: Tarball, cache: Path, source: str) -> None:
+    """Download or copy one tarball from ``source`` (a base URL or a folder) into the cache."""
+    verify = _verifier(tarball, source)
+    if "://" in source:
+        url = source.rstrip("/") + "/" + tarball.name
+        try:
+            download.download(url, cache / tarball.name, verify, DOWNLOAD_TIMEOUT,
+                              expected_size=tarball.size)
+        except download.DownloadError as e:
+            raise SourceError(f"could not download {e.url}: {e.reason}", attempts=e.attempts) from e
+        return
+    found = Path(source).expanduser() / tarball.name
+    if not found.is_file():
+        raise SourceError(f"{found} not found; --source must be a folder holding {tarball.name}",
+                          attempts=[(str(found), "not found")])
+    download.copy(found, cache / tarball.name, verify)
 
 
-def _download(url: str, dest: Path) -> None:
-    try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response, open(dest, "wb") as f:
-            shutil.copyfileobj(response, f, 1 << 20)
-    except (urllib.error.URLError, OSError) as e:
-        raise SourceError(f"could not download {url}: {getattr(e, 'reason', e)}") from e
+def _verifier(tarball: Tarball, origin: str) -> Callable[[Path], None]:
+    """A check of a (temporary) copy of ``tarball`` against its pinned sha256."""
+    return lambda path: verify_sha256(path, tarball.sha256, origin, name=tarball.name)
 
 
 def _adopt(pkg: SourcePackage, staged: Path, cache: Path, origin: str) -> None:

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from caffetool.choices import INT32_MAX, choose
-from caffetool.errors import ConfigError
+from caffetool.errors import ConfigError, NetError
 from caffetool.memory import graph as graphs
 from caffetool.memory.layers import Shape, count
 
@@ -111,7 +112,7 @@ def _check(o: Options) -> None:
         raise ConfigError(f"--iter-size must be at least 1, got {o.iter_size}")
 
 
-def estimate(net, options: Options, text: str | None = None, source: str = "net") -> Estimate:
+def estimate(net: Any, options: Options, text: str | None = None, source: str = "net") -> Estimate:
     """``net`` is a train/test (or deploy) caffe_pb2.NetParameter."""
     start = time.perf_counter()
     _check(options)
@@ -138,7 +139,7 @@ def estimate(net, options: Options, text: str | None = None, source: str = "net"
                     graphs.param_count(main), sum(r.macc for r in rows), time.perf_counter() - start)
 
 
-def largest_buildable_batch(net, options: Options, text: str | None = None) -> int:
+def largest_buildable_batch(net: Any, options: Options, text: str | None = None) -> int:
     """The largest batch whose every activation stays within Caffe's INT_MAX elements per blob."""
     return _buildable(graphs.build(net, options.phase, options.input_shape, 1, text))
 
@@ -153,8 +154,8 @@ def _check_blob_sizes(g: graphs.Graph, source: str, what: str, flag: str) -> Non
     for node in g.nodes:
         for shape in node.info.params:
             if count(shape) > BLOB_LIMIT:
-                raise ConfigError(f"{source}: layer {node.name!r} has {_elements(shape)} weights in one blob, more "
-                                  f"than the {BLOB_LIMIT:,} (INT_MAX) Caffe allows, at any batch size")
+                raise NetError(f"{source}: layer {node.name!r} has {_elements(shape)} weights in one blob, more "
+                               f"than the {BLOB_LIMIT:,} (INT_MAX) Caffe allows, at any batch size")
     blob, shape = max(g.shapes.items(), key=lambda item: count(item[1]), default=("", ()))
     if count(shape) <= BLOB_LIMIT:
         return
@@ -263,7 +264,7 @@ def _diff_blobs(g: graphs.Graph) -> set[str]:
     return blobs
 
 
-def per_sample(net, options: Options, text: str | None = None) -> tuple[int, int]:
+def per_sample(net: Any, options: Options, text: str | None = None) -> tuple[int, int]:
     """(fixed, per-sample bytes): memory = fixed + batch x per-sample, from two batch sizes."""
     from dataclasses import replace  # noqa: PLC0415
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+from typing import Any
 
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
@@ -44,7 +45,7 @@ class Fit:
         return 0 < self.largest_batch == self.blob_limit_batch
 
 
-def largest_batch(net, options: est.Options, budget: int, text: str | None = None) -> int:
+def largest_batch(net: Any, options: est.Options, budget: int, text: str | None = None) -> int:
     """The largest batch within ``budget`` bytes that Caffe can also build (0 when none fits)."""
     fixed, per_sample = est.per_sample(net, options, text)
     if per_sample <= 0 or fixed > budget:
@@ -55,7 +56,7 @@ def largest_batch(net, options: est.Options, budget: int, text: str | None = Non
     return int(batch)
 
 
-def fit(net, options: est.Options, capacity: int, reserve: int, text: str | None = None) -> Fit:
+def fit(net: Any, options: est.Options, capacity: int, reserve: int, text: str | None = None) -> Fit:
     """Whether the asked batch fits ``capacity`` bytes less ``reserve``, and the changes if it does not."""
     check_budget(capacity, reserve)
     options = replace(options, mode="gpu")
@@ -92,7 +93,8 @@ def exact_split(batch: int, largest: int) -> tuple[int, int]:
     return batch // k, k
 
 
-def _changes(net, o: est.Options, wanted: est.Estimate, batch: int, best: int, budget: int, text) -> list[Change]:
+def _changes(net: Any, o: est.Options, wanted: est.Estimate, batch: int, best: int, budget: int,
+             text: str | None) -> list[Change]:
     out = []
     total = wanted.total
     if best >= 1:
@@ -117,7 +119,7 @@ def _changes(net, o: est.Options, wanted: est.Estimate, batch: int, best: int, b
     return [c for c in out if c.saves > 0] + [c for c in out if c.saves <= 0]
 
 
-def _split_batch(net, o: est.Options, total: int, batch: int, best: int, budget: int,
+def _split_batch(net: Any, o: est.Options, total: int, batch: int, best: int, budget: int,
                  text: str | None) -> Change:
     """The asked effective batch (batch x iter_size) as more passes of a batch that fits."""
     effective = batch * o.iter_size
@@ -142,7 +144,7 @@ def _largest_live(e: est.Estimate) -> int:
     return best
 
 
-def _shrink_fc(net, o: est.Options, text, total: int, budget: int) -> Change | None:
+def _shrink_fc(net: Any, o: est.Options, text: str | None, total: int, budget: int) -> Change | None:
     """Shrink the two widest hidden InnerProduct layers to a quarter of their outputs."""
     ips = [layer for layer in net.layer if layer.type == "InnerProduct"]
     hidden = sorted(ips[:-1], key=lambda layer: -layer.inner_product_param.num_output)[:2]

@@ -1,4 +1,12 @@
-"""Common GPUs and their memory, declared as data (one board; multi-GPU boards per GPU)."""
+"""Common GPUs and their memory, declared as data (one board; multi-GPU boards per GPU), and card
+sizes as people write them ("12GiB", "11264 MiB")."""
+
+from __future__ import annotations
+
+import re
+
+from caffetool.choices import choose, number
+from caffetool.errors import ConfigError
 
 GIB = 1024**3
 
@@ -19,26 +27,24 @@ GPUS: dict[str, int] = {
     "A100 80GB": 80 * GIB,
     "H100": 80 * GIB,
 }
+SIZE = re.compile(r"\s*(?P<number>[\d.e+]+)\s*(?P<unit>[kmgt]i?b?|b)?\s*", re.IGNORECASE)
+UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+MAX_SIZE = 1024**5  # a petabyte: past any card, and within what the estimator's sums hold exactly
 
 
 def lookup(name: str) -> int:
-    key = name.strip().lower().replace("tesla ", "").replace("geforce ", "")
-    for gpu, size in GPUS.items():
-        if gpu.lower() == key:
-            return size
-    from caffetool.errors import ConfigError  # noqa: PLC0415
-
-    raise ConfigError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)} (or give --gpu-memory 12GiB)")
+    """A card's memory by its name, in any case, with or without its "Tesla" or "GeForce" brand."""
+    bare = re.sub(r"^\s*(tesla|geforce)\s+", "", name, flags=re.IGNORECASE)
+    return GPUS[choose(bare, GPUS, "--gpu", also="or give --gpu-memory 12GiB")]
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, flag: str) -> int:
     """'12GiB', '12 GB', '11264MiB', '8e9' → bytes (GB and GiB both taken as 1024-based, as cards are sold)."""
-    import re  # noqa: PLC0415
-
-    from caffetool.errors import ConfigError  # noqa: PLC0415
-
-    match = re.fullmatch(r"\s*([\d.]+(?:e\d+)?)\s*([kmgt]i?b?|b)?\s*", text.lower())
+    match = SIZE.fullmatch(text)
     if not match:
-        raise ConfigError(f"cannot read the size {text!r}; write it like 12GiB, 11264MiB or 400MB")
-    scale = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}.get((match.group(2) or "b")[0], 1)
-    return int(float(match.group(1)) * scale)
+        raise ConfigError(f"{flag} {text!r} is not a size; write it like 12GiB, 11264MiB or 400MB")
+    value = number(match["number"], flag, float, minimum=0)
+    size = int(value * UNITS.get((match["unit"] or "b")[0].lower(), 1))
+    if size > MAX_SIZE:
+        raise ConfigError(f"{flag} {text!r} is past any GPU's memory; write it like 12GiB")
+    return size

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from caffetool.errors import ConfigError
+from caffetool.errors import ConfigError, NetError
 from caffetool.memory.layers import DATA_LAYERS, Buffer, LayerInfo, Shape, count, rule
 
 
@@ -43,7 +44,8 @@ class Graph:
     split_tops: set[str]  # blobs that share their data with the split's bottom
 
 
-def included(layer, phase: int) -> bool:
+def included(layer: Any, phase: int) -> bool:
+    """Whether ``layer`` (a LayerParameter) is in the net of ``phase`` (0 TRAIN, 1 TEST), by its include/exclude rules."""
     if layer.include:
         return any(not r.HasField("phase") or r.phase == phase for r in layer.include)
     return not any(r.HasField("phase") and r.phase == phase for r in layer.exclude)
@@ -60,7 +62,7 @@ def layer_lines(text: str | None) -> dict[str, int]:
     return lines
 
 
-def build(net, phase: str, input_shape: Shape | None, batch: int | None, text: str | None = None,
+def build(net: Any, phase: str, input_shape: Shape | None, batch: int | None, text: str | None = None,
           source: str = "net") -> Graph:
     """``net`` is a caffe_pb2.NetParameter; ``input_shape`` is (C, H, W) for Data layers."""
     phase_id = 0 if phase == "train" else 1
@@ -82,7 +84,7 @@ def build(net, phase: str, input_shape: Shape | None, batch: int | None, text: s
             bottoms = [current[b] for b in layer.bottom]
         except KeyError as e:
             where = f"{source}:{line}" if line else source
-            raise ConfigError(f"{where}: layer {layer.name!r} reads blob {e.args[0]!r}, which no earlier layer makes") from None
+            raise NetError(f"{where}: layer {layer.name!r} reads blob {e.args[0]!r}, which no earlier layer makes") from None
         info = rule(layer, line, source)(layer, [shapes[b] for b in bottoms], phase)
         tops = []
         for i, top in enumerate(layer.top):
@@ -105,7 +107,9 @@ def build(net, phase: str, input_shape: Shape | None, batch: int | None, text: s
     return graph
 
 
-def _data_node(layer, input_shape, batch, shapes, current, line, source) -> Node:
+def _data_node(layer: Any, input_shape: Shape | None, batch: int | None, shapes: dict[str, Shape],
+               current: dict[str, str], line: int | None, source: str) -> Node:
+    """A data layer's node: its tops' shapes from the layer, ``--input-shape`` and the batch."""
     if layer.type == "Input":
         dims = [tuple(s.dim) for s in layer.input_param.shape]
         dims = dims + [dims[-1]] * (len(layer.top) - len(dims))

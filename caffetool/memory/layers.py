@@ -9,9 +9,11 @@ buffer that no step touches never costs anything.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from caffetool.errors import ConfigError
+from caffetool.errors import NetError
 
 Shape = tuple[int, ...]
 
@@ -35,10 +37,11 @@ class LayerInfo:
 
 
 def count(shape: Shape) -> int:
+    """Elements in a blob of ``shape`` (a scalar blob holds one)."""
     return math.prod(shape) if shape else 1
 
 
-def _pair(values, single, default):
+def _pair(values: Sequence[int], single: tuple[int, int] | None, default: int) -> tuple[int, int]:
     """Caffe's kernel/stride/pad spelling: repeated field, or _h/_w pair, or the default."""
     if values:
         v = list(values)
@@ -48,7 +51,7 @@ def _pair(values, single, default):
     return (default, default)
 
 
-def _conv_geometry(p) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]:
+def _conv_geometry(p: Any) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]:
     kernel = _pair(p.kernel_size, (p.kernel_h, p.kernel_w) if p.HasField("kernel_h") else None, 0)
     stride = _pair(p.stride, (p.stride_h, p.stride_w) if p.HasField("stride_h") else None, 1)
     pad = _pair(p.pad, (p.pad_h, p.pad_w) if p.HasField("pad_h") else None, 0)
@@ -56,7 +59,7 @@ def _conv_geometry(p) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]
     return kernel, stride, pad, dilation
 
 
-def convolution(layer, bottoms: list[Shape], phase: str) -> LayerInfo:
+def convolution(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     p = layer.convolution_param
     n, c, h, w = bottoms[0]
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _conv_geometry(p)
@@ -74,7 +77,7 @@ def convolution(layer, bottoms: list[Shape], phase: str) -> LayerInfo:
     return LayerInfo([(n, out, ho, wo)], params, macc, buffers, group=group)
 
 
-def pooling(layer, bottoms, phase):
+def pooling(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     p = layer.pooling_param
     n, c, h, w = bottoms[0]
     if p.global_pooling:
@@ -97,7 +100,7 @@ def pooling(layer, bottoms, phase):
     return LayerInfo([top], [], count(top) * kh * kw, buffers)
 
 
-def inner_product(layer, bottoms, phase):
+def inner_product(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     p = layer.inner_product_param
     axis = p.axis if p.HasField("axis") else 1
     shape = bottoms[0]
@@ -107,16 +110,16 @@ def inner_product(layer, bottoms, phase):
     return LayerInfo([tuple(shape[:axis]) + (p.num_output,)], params, m * k * p.num_output, buffers)
 
 
-def elementwise(layer, bottoms, phase):
+def elementwise(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     return LayerInfo([bottoms[0]], [], count(bottoms[0]), in_place_ok=True)
 
 
-def dropout(layer, bottoms, phase):
+def dropout(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     buffers = [Buffer("rand_vec", count(bottoms[0]), "forward", -4)] if phase == "train" else []
     return LayerInfo([bottoms[0]], [], count(bottoms[0]), buffers, in_place_ok=True)
 
 
-def lrn(layer, bottoms, phase):
+def lrn(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     p = layer.lrn_param
     n, c, h, w = bottoms[0]
     size = p.local_size or 5
@@ -130,14 +133,14 @@ def lrn(layer, bottoms, phase):
     return LayerInfo([bottoms[0]], [], count(bottoms[0]) * size, buffers)
 
 
-def concat(layer, bottoms, phase):
+def concat(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     axis = layer.concat_param.axis if layer.concat_param.HasField("axis") else 1
     top = list(bottoms[0])
     top[axis] = sum(b[axis] for b in bottoms)
     return LayerInfo([tuple(top)])
 
 
-def softmax(layer, bottoms, phase):
+def softmax(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     shape = bottoms[0]
     outer, classes = shape[0], shape[1]
     inner = count(shape[2:])
@@ -145,7 +148,7 @@ def softmax(layer, bottoms, phase):
                                                  Buffer("scale", outer * inner, "forward")])
 
 
-def softmax_loss(layer, bottoms, phase):
+def softmax_loss(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     shape = bottoms[0]
     inner = count(shape[2:])
     return LayerInfo([()], [], count(shape), [
@@ -153,15 +156,15 @@ def softmax_loss(layer, bottoms, phase):
         Buffer("softmax.scale", shape[0] * inner, "forward")])
 
 
-def accuracy(layer, bottoms, phase):
+def accuracy(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     return LayerInfo([()] + ([(bottoms[0][1],)] if len(layer.top) > 1 else []))
 
 
-def flatten(layer, bottoms, phase):
+def flatten(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     return LayerInfo([(bottoms[0][0], count(bottoms[0][1:]))])
 
 
-def batch_norm(layer, bottoms, phase):
+def batch_norm(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     shape = bottoms[0]
     n, c = shape[0], shape[1]
     spatial = count(shape[2:])
@@ -171,18 +174,19 @@ def batch_norm(layer, bottoms, phase):
         Buffer("x_norm", count(shape), "forward"), Buffer("num_by_chans", n * c, "forward")], in_place_ok=True)
 
 
-def scale(layer, bottoms, phase):
+def scale(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     shape = bottoms[0]
     params = [(shape[1],)] + ([(shape[1],)] if layer.scale_param.bias_term else [])
     return LayerInfo([shape], params, count(shape), in_place_ok=True)
 
 
-def eltwise(layer, bottoms, phase):
+def eltwise(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     buffers = [Buffer("max_idx", count(bottoms[0]), "forward", -4)] if layer.eltwise_param.operation == 2 else []
     return LayerInfo([bottoms[0]], [], count(bottoms[0]) * (len(bottoms) - 1), buffers)
 
 
-RULES = {
+Rule = Callable[[Any, list[Shape], str], LayerInfo]  # (caffe_pb2.LayerParameter, bottom shapes, phase)
+RULES: dict[str, Rule] = {
     "Convolution": convolution, "Pooling": pooling, "InnerProduct": inner_product,
     "ReLU": elementwise, "Sigmoid": elementwise, "TanH": elementwise,
     "ELU": elementwise, "AbsVal": elementwise, "Power": elementwise, "Dropout": dropout, "LRN": lrn,
@@ -192,11 +196,12 @@ RULES = {
 DATA_LAYERS = {"Data", "Input", "DummyData"}
 
 
-def rule(layer, line: int | None, source: str):
+def rule(layer: Any, line: int | None, source: str) -> Rule:
+    """The rule for ``layer``'s type; an unknown type is refused with where it is declared."""
     try:
         return RULES[layer.type]
     except KeyError:
         where = f"{source}:{line}" if line else source
         known = ", ".join(sorted(set(RULES) | DATA_LAYERS))
-        raise ConfigError(f"{where}: layer {layer.name!r} has type {layer.type!r}, which the estimator "
-                          f"does not model; known types: {known}") from None
+        raise NetError(f"{where}: layer {layer.name!r} has type {layer.type!r}, which the estimator "
+                       f"does not model; known types: {known}") from None

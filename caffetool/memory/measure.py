@@ -5,8 +5,10 @@ In CPU mode the figure is glibc's own count of bytes in use (``mallinfo2``: ``uo
 with ``test_initialization``, first runs the TEST net once, as training does. The mmap threshold
 is pinned (``MALLOC_MMAP_THRESHOLD_``) so glibc does not move it while Caffe frees the TEST net's
 own weights. The data comes from a small LMDB of random images of the input's size, made for the
-measurement. GPU mode would read the device's free memory before and after; on machines without
-a GPU it is refused.
+measurement.
+
+In GPU mode the ``caffe`` binary trains the same solver for one step on the GPU while NVML reads
+the card's memory in use (:mod:`caffetool.memory.gpumeasure` says how and what it leaves out).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from caffetool.data import db
 from caffetool.engine import EngineInfo
-from caffetool.errors import ConfigError
-from caffetool.nets.check import FATAL
+from caffetool.errors import RunError
+from caffetool.memory import gpumeasure
+from caffetool.proc import last_lines
 
 CHILD = r"""
 import ctypes, json, sys
@@ -59,7 +63,8 @@ print(json.dumps({"before": before, "built": built, "after": after, "allocated":
 """
 
 
-def make_lmdb(path: Path, records: int, shape: tuple[int, int, int], classes: int, caffe) -> None:
+def make_lmdb(path: Path, records: int, shape: tuple[int, int, int], classes: int, caffe: Any) -> None:
+    """An LMDB of ``records`` random images and labels, for the measured net's Data layer to read."""
     rng = np.random.default_rng(0)
     values = []
     for i in range(records):
@@ -71,34 +76,42 @@ def make_lmdb(path: Path, records: int, shape: tuple[int, int, int], classes: in
     writer.close()
 
 
-def measure(engine: EngineInfo, caffe, net, solver_type: str, input_shape: tuple[int, int, int],
-            classes: int, mode: str = "cpu") -> dict:
-    """Bytes the engine allocates for ``net`` (a train/test NetParameter) with ``solver_type``."""
-    if mode != "cpu":
-        raise ConfigError("memory.measure --mode gpu needs a GPU (it reads the device's free memory); "
-                          "none is visible here")
-    pb = caffe.proto.caffe_pb2
+def measure(engine: EngineInfo, caffe: Any, net: Any, solver_type: str, input_shape: tuple[int, int, int],
+            classes: int, mode: str = "cpu", device: int = 0) -> dict:
+    """Bytes the engine allocates for ``net`` (a train/test NetParameter) with ``solver_type``.
+
+    ``mode`` is ``cpu`` (malloc's count in pycaffe) or ``gpu`` (NVML, on GPU ``device``).
+    """
     with tempfile.TemporaryDirectory(prefix="caffetool-measure-") as tmp:
         folder = Path(tmp)
-        batches = [layer.data_param.batch_size for layer in net.layer if layer.type == "Data"]
-        make_lmdb(folder / "images", max(batches + [1]) + 2, input_shape, classes, caffe)
-        for layer in net.layer:
-            if layer.type == "Data":
-                layer.data_param.source = str(folder / "images")
-                layer.data_param.backend = pb.DataParameter.LMDB
-        (folder / "net.prototxt").write_text(str(net))
-        solver = pb.SolverParameter(net="net.prototxt", base_lr=0.001, lr_policy="fixed", max_iter=1,
-                                    test_interval=1000, snapshot_after_train=False, solver_mode=pb.SolverParameter.CPU)
-        solver.test_iter.append(1)
-        if solver_type != "SGD":
-            solver.type = solver_type
-        solver.momentum = 0.0 if solver_type in ("AdaGrad", "RMSProp") else 0.9
-        (folder / "solver.prototxt").write_text(str(solver))
+        prepare(folder, caffe, net, solver_type, input_shape, classes, mode)
+        if mode == "gpu":
+            return gpumeasure.measure(engine.caffe, folder, device)
         env = {**os.environ, "GLOG_minloglevel": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
                "PYTHONPATH": os.pathsep.join([str(engine.python_path), os.environ.get("PYTHONPATH", "")])}
         done = subprocess.run([sys.executable, "-c", CHILD, "solver.prototxt"], cwd=folder, env=env,
                               capture_output=True, text=True)
     if done.returncode != 0:
-        fatal = FATAL.findall(done.stderr)
-        raise ConfigError(f"measuring failed: {fatal[-1][1] if fatal else done.stderr.strip()[-300:]}")
+        raise RunError(f"measuring failed: {last_lines(done.stderr)}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def prepare(folder: Path, caffe: Any, net: Any, solver_type: str, input_shape: tuple[int, int, int],
+            classes: int, mode: str) -> None:
+    """``folder/solver.prototxt`` and its net, reading a fresh LMDB: one test pass, one step."""
+    pb = caffe.proto.caffe_pb2
+    batches = [layer.data_param.batch_size for layer in net.layer if layer.type == "Data"]
+    make_lmdb(folder / "images", max(batches + [1]) + 2, input_shape, classes, caffe)
+    for layer in net.layer:
+        if layer.type == "Data":
+            layer.data_param.source = str(folder / "images")
+            layer.data_param.backend = pb.DataParameter.LMDB
+    (folder / "net.prototxt").write_text(str(net))
+    solver_mode = pb.SolverParameter.GPU if mode == "gpu" else pb.SolverParameter.CPU
+    solver = pb.SolverParameter(net="net.prototxt", base_lr=0.001, lr_policy="fixed", max_iter=1,
+                                test_interval=1000, snapshot_after_train=False, solver_mode=solver_mode)
+    solver.test_iter.append(1)
+    if solver_type != "SGD":
+        solver.type = solver_type
+    solver.momentum = 0.0 if solver_type in ("AdaGrad", "RMSProp") else 0.9
+    (folder / "solver.prototxt").write_text(str(solver))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from caffetool.choices import count
 from caffetool.errors import ConfigError
 from caffetool.nets import build, model as models, prototxt
 
@@ -19,8 +21,9 @@ class NetSource:
     origin: str = "net"  # where errors point: the prototxt's path
 
 
-def load(caffe, model: str | None, net_file: str | None, input_shape: str | None = None,
-         models_dir=None, batch: int | None = None, test_batch: int | None = None) -> NetSource:
+def load(caffe: Any, model: str | None, net_file: str | None, input_shape: str | None = None,
+         models_dir: str | Path | None = None, batch: int | None = None, test_batch: int | None = None) -> NetSource:
+    """The net named by ``--model`` or read from ``--net``, with its input shape and class count."""
     if bool(model) == bool(net_file):
         raise ConfigError("give exactly one of --model NAME or --net FILE")
     shape = _shape(input_shape)
@@ -36,10 +39,11 @@ def load(caffe, model: str | None, net_file: str | None, input_shape: str | None
 
 
 def _shape(text: str | None) -> tuple[int, int, int] | None:
+    """``--input-shape`` "C,H,W" (or "CxHxW") as three counts."""
     if not text:
         return None
-    try:
-        c, h, w = (int(x) for x in text.replace("x", ",").split(","))
-    except ValueError:
-        raise ConfigError(f"--input-shape {text!r}: write it as C,H,W (e.g. 3,227,227)") from None
+    parts = text.replace("x", ",").split(",")
+    if len(parts) != 3:
+        raise ConfigError(f"--input-shape {text!r}: write it as C,H,W (e.g. 3,227,227)")
+    c, h, w = (count(part, "--input-shape") for part in parts)
     return c, h, w

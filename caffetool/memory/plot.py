@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+from caffetool.errors import ConfigError
+from caffetool.figures import plt, save_figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+if TYPE_CHECKING:
+    from caffetool.memory.estimate import Estimate
 
 PARTS = (("param_bytes", "weights"), ("grad_bytes", "weight gradients"), ("history_bytes", "solver history"),
          ("data_bytes", "activations"), ("diff_bytes", "activation gradients"), ("scratch_bytes", "scratch"))
 
 
-def plot_layers(e, out: str | Path, title: str) -> Path:
-    out = Path(out)
+def plot_layers(e: Estimate, out: str | Path, title: str) -> Path:
+    """Bars per layer with memory of nonzero size; a ``--plot`` path that cannot be written is refused."""
     rows = [r for r in e.rows if r.total]
-    fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(rows)), 5), dpi=100)
+    fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(rows)), 5), dpi=100, layout="tight")
     bottom = [0.0] * len(rows)
     for attr, label in PARTS:
         values = [getattr(r, attr) / 2**20 for r in rows]
@@ -27,9 +28,4 @@ def plot_layers(e, out: str | Path, title: str) -> Path:
     ax.set_ylabel("MiB")
     ax.set_title(f"{title}: {e.total / 2**20:,.0f} MiB in all")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, out)
-    return out
+    return save_figure(fig, Path(out), ConfigError)

@@ -84,12 +84,16 @@ def _largest(f: Fit) -> str:
     return f"  largest batch that fits: {f.largest_batch}{why}"
 
 
+MEASURED_BY = {"cpu": "malloc in use after solver + test pass + 1 step",
+               "gpu": "NVML peak over solver + test pass + 1 step, less a one-layer net's"}
+
+
 def measure_lines(name: str, e: Estimate, got: dict) -> list[str]:
     """The estimate against what the engine allocated (``memory.measure``), with the relative error."""
     error = (e.total - got["allocated"]) / got["allocated"]
     return [f"{name}, batch {e.rows[0].top[0]}, {e.options.solver}, {e.options.mode.upper()}:",
             f"  estimate  {mib(e.total):>10} MiB",
-            f"  measured  {mib(got['allocated']):>10} MiB  (malloc in use after solver + test pass + 1 step)",
+            f"  measured  {mib(got['allocated']):>10} MiB  ({MEASURED_BY[e.options.mode]})",
             f"  error     {100 * error:+.2f}%"]
 
 

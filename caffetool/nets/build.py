@@ -9,6 +9,7 @@ here writes files or runs Caffe.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from caffetool.nets.model import Model
 
@@ -32,8 +33,8 @@ def shape_of(model: Model, channels: int | None = None, size: int | None = None,
     return Shape(channels or model.channels, size or model.size, num_classes or model.num_classes)
 
 
-def _body(caffe, model: Model, shape: Shape, batch: int, train: bool):
-    """(NetSpec, scores Top, input layer count) with the model's layers after an Input layer."""
+def _body(caffe: Any, model: Model, shape: Shape, batch: int, train: bool) -> tuple[Any, Any]:
+    """(NetSpec, scores Top) with the model's layers after an Input layer."""
     L, P = caffe.layers, caffe.params
     n = caffe.NetSpec()
     dims = [batch, shape.channels, shape.size, shape.size]
@@ -46,7 +47,7 @@ def _body(caffe, model: Model, shape: Shape, batch: int, train: bool):
     return n, scores
 
 
-def deploy(caffe, model: Model, shape: Shape, batch: int = 1):
+def deploy(caffe: Any, model: Model, shape: Shape, batch: int = 1) -> Any:
     """The deploy net: Input ``data`` of (batch, C, H, W) … Softmax ``prob``."""
     n, scores = _body(caffe, model, shape, batch, train=False)
     n.prob = caffe.layers.Softmax(scores)
@@ -55,7 +56,7 @@ def deploy(caffe, model: Model, shape: Shape, batch: int = 1):
     return net
 
 
-def train_val(caffe, model: Model, shape: Shape, source: DataSource, batch: int, test_batch: int):
+def train_val(caffe: Any, model: Model, shape: Shape, source: DataSource, batch: int, test_batch: int) -> Any:
     """The train/test net, as Caffe's examples lay it out (data per phase, accuracy, loss)."""
     pb = caffe.proto.caffe_pb2
     n, scores = _body(caffe, model, shape, batch, train=True)
@@ -73,7 +74,7 @@ def train_val(caffe, model: Model, shape: Shape, source: DataSource, batch: int,
     return net
 
 
-def _data_layer(pb, model: Model, shape: Shape, phase: int, source: str, batch: int, backend: str):
+def _data_layer(pb: Any, model: Model, shape: Shape, phase: int, source: str, batch: int, backend: str) -> Any:
     layer = pb.LayerParameter(name=model.data_layer_name, type="Data", top=["data", "label"])
     layer.include.add(phase=phase)
     transform = dict(model.transform, **(model.train_transform if phase == pb.TRAIN else {}))

@@ -5,26 +5,37 @@ a child keeps the caller alive and turns the ``F...`` line into a caffetool erro
 the solver (so both the TRAIN and the TEST net, with their data layers) and any deploy nets, and
 prints what it built as JSON.
 
+``Python`` layers are imported by Caffe through Boost.Python, which prints the import error and
+then fails with a ``SystemError`` that names nothing; the child therefore imports each Python
+layer's module and class itself first, and names the one that cannot be imported.
+
     python -m caffetool.nets.check [--solver S] [--deploy D ...]   (paths relative to the cwd)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
-import re
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+from caffetool import glog
 from caffetool.engine import EngineInfo
-from caffetool.errors import ConfigError
+from caffetool.errors import CaffeRefused, NetError
+from caffetool.proc import exit_status, last_lines
 
-FATAL = re.compile(r"^F\d{4,8} [\d:.]+ +\d+ (\S+)\] (.*?)\s*$", re.M)
+# The child's exit status for a net it refused itself (before Caffe saw it); stderr is the reason.
+REFUSED = 3
 
 
-def summary(net) -> dict:
+def summary(net: Any) -> dict:
+    """Layer and parameter counts and every blob's shape of a built ``caffe.Net``."""
     params = sum(blob.data.size for blobs in net.params.values() for blob in blobs)
     return {
         "layers": len(net.layers),
@@ -34,7 +45,7 @@ def summary(net) -> dict:
     }
 
 
-def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: list[str] = (),
+def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: Sequence[str] = (),
              weights: str | None = None) -> dict:
     """Build ``solver`` (train and test nets) and each deploy net (with ``weights``) in Caffe."""
     argv = [sys.executable, "-m", "caffetool.nets.check"]
@@ -46,19 +57,60 @@ def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: l
         argv += ["--deploy", d]
     env = {**os.environ, "GLOG_minloglevel": "1", "PYTHONPATH": os.pathsep.join(
         [str(engine.python_path), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        fatal = FATAL.findall(done.stderr)
-        if fatal:
-            where, what = fatal[-1]
-            subject = f"the net with weights {weights}" if weights else "the net"
-            raise ConfigError(f"Caffe refused {subject} ({where}): {what}")
-        tail = "\n".join(done.stderr.strip().splitlines()[-4:])
-        raise ConfigError(f"Caffe could not build the net:\n{tail}")
-    return json.loads(done.stdout)
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace", env=env)
+    if done.returncode == 0:
+        return json.loads(done.stdout)
+    if (fatal := glog.fatal(done.stderr)) is not None:
+        subject = f"the net with weights {weights}" if weights else "the net"
+        raise CaffeRefused(f"Caffe refused {subject} ({fatal.where}): {fatal.message}")
+    if done.returncode == REFUSED:
+        raise NetError(done.stderr.strip())
+    raise NetError(f"Caffe could not build the net ({exit_status(done.returncode)}):\n{last_lines(done.stderr)}")
+
+
+def python_layer_problem(net: Any, source: str) -> str | None:
+    """Why a ``Python`` layer of ``net`` (a ``NetParameter`` from ``source``) cannot be made, if it cannot."""
+    for layer in net.layer:
+        if layer.type != "Python":
+            continue
+        module, name = layer.python_param.module, layer.python_param.layer
+        where = f"the Python layer '{layer.name}' in {source}"
+        try:
+            found: ModuleType = importlib.import_module(module)
+        except Exception as e:  # any error while importing the user's module is its fault, shown as such
+            return (f"{where} needs module '{module}', which cannot be imported ({type(e).__name__}: {e}); "
+                    "put the module's folder on PYTHONPATH, or correct the layer's python_param.module")
+        if not hasattr(found, name):
+            return (f"{where} needs class '{name}' from module '{module}' ({found.__file__}), which has none; "
+                    "correct the layer's python_param.layer")
+    return None
+
+
+def _nets(caffe_pb2: ModuleType, solver: str | None, deploy: Sequence[str]) -> Iterator[tuple[Any, str]]:
+    """Every ``NetParameter`` that building ``solver`` and ``deploy`` reads, with where it comes from.
+
+    A file that does not parse is left out: Caffe reads it next and says what is wrong with it.
+    """
+    from google.protobuf import text_format  # noqa: PLC0415 - with pycaffe, in the child only
+
+    def read(path: str, message: Any) -> Any | None:
+        try:
+            return text_format.Merge(Path(path).read_text(), message)
+        except (OSError, UnicodeDecodeError, text_format.ParseError):
+            return None
+
+    s = read(solver, caffe_pb2.SolverParameter()) if solver else None
+    if s is not None:
+        for inline in [s.net_param, s.train_net_param, *s.test_net_param]:
+            yield inline, solver
+    files = [*([s.net, s.train_net, *s.test_net] if s is not None else []), *deploy]
+    for path in filter(None, files):
+        if (net := read(path, caffe_pb2.NetParameter())) is not None:
+            yield net, path
 
 
 def main() -> None:
+    """The child: check Python layers, build everything in Caffe, print the summaries as JSON."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--solver")
     parser.add_argument("--deploy", action="append", default=[])
@@ -66,6 +118,10 @@ def main() -> None:
     args = parser.parse_args()
     import caffe  # noqa: PLC0415 - on PYTHONPATH from validate()
 
+    for net, source in _nets(caffe.proto.caffe_pb2, args.solver, args.deploy):
+        if problem := python_layer_problem(net, source):
+            print(problem, file=sys.stderr)
+            sys.exit(REFUSED)
     caffe.set_mode_cpu()
     report: dict = {}
     if args.solver:

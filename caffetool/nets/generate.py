@@ -4,20 +4,22 @@ Inside the output (run) directory files refer to each other relatively — the s
 ``train_val.prototxt`` and snapshots go to ``snapshots/<model>`` — so Caffe runs with that directory
 as its working directory, and the directory can be moved. Everything outside it (the databases) is
 referred to by absolute path. All files are built, round-tripped through ``text_format`` and
-accepted by Caffe (train, test and deploy nets) in a temporary sibling before any is written.
+accepted by Caffe (train, test and deploy nets) in a staging sibling before any is written: a new
+directory appears complete in one rename; in an existing one (a run directory, or ``--force``)
+each file is replaced in one rename and the rest of the directory is left alone.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from caffetool import fsio
 from caffetool.choices import count
 from caffetool.data.layout import Dataset
 from caffetool.engine import EngineInfo, import_caffe
-from caffetool.errors import ConfigError
+from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import build, check, prototxt, solver
 from caffetool.nets.model import Model
 
@@ -77,18 +79,18 @@ def _shape(model: Model, dataset: Dataset) -> build.Shape:
     return build.Shape(channels, model.size if model.crop else height, len(dataset.classes))
 
 
-def _check_sources(net, net_file: Path) -> None:
+def _check_sources(net: Any, net_file: Path) -> None:
     for layer in net.layer:
         if layer.type == "Data":
             where = Path(layer.data_param.source)
             if not where.is_absolute():
-                raise ConfigError(f"{net_file}: layer {layer.name!r} reads {where}, a relative path; "
-                                  "give the database's absolute path")
+                raise NetError(f"{net_file}: layer {layer.name!r} reads {where}, a relative path; "
+                               "give the database's absolute path")
             if not where.exists():
-                raise ConfigError(f"{net_file}: layer {layer.name!r} reads {where}, which does not exist")
+                raise NetError(f"{net_file}: layer {layer.name!r} reads {where}, which does not exist")
 
 
-def _test_batch(net) -> int | None:
+def _test_batch(net: Any) -> int | None:
     for layer in net.layer:
         if layer.type == "Data" and any(rule.phase == 1 for rule in layer.include):
             return layer.data_param.batch_size
@@ -97,20 +99,26 @@ def _test_batch(net) -> int | None:
 
 def _write_validated(engine: EngineInfo, texts: dict[str, str], out: Path, force: bool,
                      validate: bool = True) -> Generated:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder for the generated files")
     existing = [name for name in texts if (out / name).exists()]
     if existing and not force:
         raise ConfigError(f"{out} already has {', '.join(existing)}; use --force to replace them or another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        for name, text in texts.items():
-            (tmp / name).write_text(text)
-        (tmp / SNAPSHOTS).mkdir()
-        report = check.validate(engine, tmp, SOLVER, [DEPLOY] if DEPLOY in texts else []) if validate else {}
-        out.mkdir(parents=True, exist_ok=True)
-        (out / SNAPSHOTS).mkdir(exist_ok=True)
-        for name, text in texts.items():
-            prototxt.write_atomic(out / name, text)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if out.is_dir():
+        with fsio.staging_folder(out, RunError) as scratch:
+            report = _write_and_check(engine, texts, scratch, validate)
+            (out / SNAPSHOTS).mkdir(exist_ok=True)
+            for name, text in texts.items():
+                fsio.write_atomic(out / name, text, RunError)
+    else:
+        with fsio.staged_dir(out, RunError) as built:
+            report = _write_and_check(engine, texts, built, validate)
     return Generated(out, {name: out / name for name in texts}, report)
+
+
+def _write_and_check(engine: EngineInfo, texts: dict[str, str], folder: Path, validate: bool) -> dict:
+    """Write the files into ``folder`` and, if ``validate``, have Caffe accept them there."""
+    for name, text in texts.items():
+        fsio.write_atomic(folder / name, text, RunError)
+    (folder / SNAPSHOTS).mkdir()
+    return check.validate(engine, folder, SOLVER, [DEPLOY] if DEPLOY in texts else []) if validate else {}

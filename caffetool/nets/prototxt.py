@@ -1,16 +1,24 @@
-"""Reading and writing prototxt with errors that point at the line and column."""
+"""Reading and writing prototxt with errors that point at the file, the line and the column.
+
+Everything read here is a net or solver description, so every refusal is a :class:`NetError`
+naming the file: one that cannot be read, is not text (a binary file given as ``--net``), holds
+nothing, or does not parse. Writing goes through :func:`caffetool.fsio.write_atomic`.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import TypeVar
 
 from google.protobuf import text_format
+from google.protobuf.message import Message
 
-from caffetool.errors import ConfigError
+from caffetool.errors import NetError
+
+M = TypeVar("M", bound=Message)
 
 
-def parse(text: str, message, where: str):
+def parse(text: str, message: M, where: str) -> M:
     """Parse ``text`` into ``message``; a syntax error names ``where``, line and column."""
     try:
         return text_format.Parse(text, message)
@@ -18,31 +26,39 @@ def parse(text: str, message, where: str):
         line, column = e.GetLine(), e.GetColumn()
         detail = str(e).split(" : ", 1)[-1] if " : " in str(e) else str(e)
         at = f"{where}:{line}:{column}" if line else where
-        raise ConfigError(f"{at}: {detail}") from None
+        raise NetError(f"{at}: {detail}") from None
 
 
-def read(path: Path, message):
+def read(path: Path, message: M) -> M:
+    """The prototxt at ``path`` parsed into ``message``."""
+    return parse(read_text(path), message, str(path))
+
+
+def read_text(path: Path) -> str:
+    """The text of the prototxt at ``path``: a readable text file that says something.
+
+    Cheap enough to call on a ``--net`` flag before any slow work, so a wrong file is named first.
+    """
     try:
-        text = path.read_text()
+        text = Path(path).read_text()
+    except UnicodeDecodeError:
+        raise NetError(f"{path} is not a text file; a prototxt is text (a binary .caffemodel goes in --weights)") from None
     except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
-    return parse(text, message, str(path))
+        raise NetError(f"cannot read {path}: {e.strerror}") from None
+    if not text.strip():
+        raise NetError(f"{path} is empty; a prototxt describes a net or a solver")
+    return text
 
 
-def to_text(message) -> str:
+def to_text(message: Message) -> str:
+    """The message in protobuf text format, as Caffe's own prototxt files are written."""
     return text_format.MessageToString(message)
 
 
-def round_trip(message, name: str) -> str:
+def round_trip(message: Message, name: str) -> str:
     """The text of ``message``, checked to parse back into an equal message."""
     text = to_text(message)
     again = parse(text, type(message)(), name)
     if again != message:
-        raise ConfigError(f"{name} does not survive a text_format round trip")
+        raise NetError(f"{name} does not survive a text_format round trip")
     return text
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
-from caffetool.choices import INT32_MAX, choose, number
+from caffetool.choices import INT32_MAX, Limit, choose, number
 from caffetool.errors import ConfigError
 
 LENET_RECIPE: dict[str, object] = {
@@ -45,47 +46,13 @@ POLICY_FIELDS = {"gamma", "power", "stepsize", "stepvalue"}
 MODES = ("cpu", "gpu")
 
 
-# What Caffe can use for each number a user may set, declared as data. ``kind`` is also how the
-# flag's text is read (a count never silently loses its fraction); ints stop at Caffe's int32 fields.
-@dataclass(frozen=True)
-class Limit:
-    """The values one solver setting may take, and the words that say so in a refusal."""
-
-    what: str
-    low: float = -math.inf
-    high: float = math.inf
-    low_open: bool = False
-    high_open: bool = False
-    kind: type = float
-
-    def admits(self, value: object) -> bool:
-        """Whether Caffe can use ``value``: a number of the right kind inside the range."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return False
-        if self.kind is int and not isinstance(value, int):
-            return False
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    def describe(self) -> str:
-        """The range in words: "above 0", "of 0 or more", "from 1 to 2147483647"."""
-        low, high = _show(self.low), _show(self.high)
-        if math.isinf(self.low) and math.isinf(self.high):
-            return "any finite number"
-        if math.isinf(self.high):
-            return f"above {low}" if self.low_open else f"of {low} or more"
-        return f"from {low} to {'just below ' if self.high_open else ''}{high}"
-
-
-def _show(x: float) -> str:
-    return str(int(x)) if math.isfinite(x) and float(x).is_integer() else str(x)
-
-
 def _count(what: str) -> Limit:
+    """A whole number that Caffe's int32 fields hold, 1 or more."""
     return Limit(what, 1, INT32_MAX, kind=int)
 
 
+# What Caffe can use for each number a user may set, declared as data. ``kind`` is also how the
+# flag's text is read (a count never silently loses its fraction); ints stop at Caffe's int32 fields.
 DECAY = Limit("a decay factor", 0, 1, high_open=True)
 LIMITS: dict[str, Limit] = {
     "base_lr": Limit("a learning rate", 0, low_open=True),
@@ -210,10 +177,10 @@ def _check_ranges(s: dict) -> None:
     for key, value in s.items():
         limit = POLICY_LIMITS.get((str(s["lr_policy"]), key)) or LIMITS.get(key)
         if limit is not None and not limit.admits(value):
-            raise ConfigError(f"{flag(key)} must be {limit.what} {limit.describe()}, got {value}")
+            raise limit.refusal(flag(key), value)
     for step in s.get("stepvalue", ()):
         if not STEPVALUE.admits(step):
-            raise ConfigError(f"--stepvalue must be {STEPVALUE.what} {STEPVALUE.describe()}, got {step}")
+            raise STEPVALUE.refusal("--stepvalue", step)
 
 
 def derive_test_iter(test_count: int, test_batch: int) -> int:
@@ -221,7 +188,8 @@ def derive_test_iter(test_count: int, test_batch: int) -> int:
     return max(1, math.ceil(test_count / test_batch))
 
 
-def build(caffe, options: SolverOptions, net: str, snapshot_prefix: str, test_count: int, test_batch: int):
+def build(caffe: Any, options: SolverOptions, net: str, snapshot_prefix: str, test_count: int,
+          test_batch: int) -> Any:
     """A ``SolverParameter``; ``net`` and ``snapshot_prefix`` are written as given."""
     s = settle(options)
     pb = caffe.proto.caffe_pb2

@@ -2,52 +2,65 @@
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import sys
+from pathlib import Path
 
-from invoke import Collection, Exit
+from invoke import Collection, Context, Exit
 
+from caffetool import config
+from caffetool.choices import shell_words, writable_folder
 from caffetool.config import TASK_DEFAULTS, TEST_PACKAGES
+from caffetool.data.choice import first_available
 from caffetool import apt
 from caffetool.engine import install as engine_install
+from caffetool.engine import locate
 from caffetool.engine import smoke
 from caffetool.nets.solver import SolverOptions
-from caffetool.quickstart import prepare_data
 from caffetool.train import session
 from caffetool.train.session import TrainRequest
 from caffetool.tasks import data, demo, docker, engine, memory, model, train
-from caffetool.tasks._common import pick, task
+from caffetool.tasks._common import pick, reported, task
 
 
 @task(help={"args": "extra pytest arguments, e.g. \"-k engine -x\""})
-def test(c, args=""):
+def test(c: Context, args: str = "") -> None:
     """Run the test suite (installs the engine first if it is missing)."""
+    pytest_args = shell_words(args, "--args")
     engine.report(engine_install.install(prefix=pick(None, c.engine.prefix)))
     if installed := apt.install_packages(TEST_PACKAGES):
         print(f"installed for the tests: {' '.join(installed)}")
-    code = subprocess.call([sys.executable, "-m", "pytest", *shlex.split(args)])
+    code = subprocess.call([sys.executable, "-m", "pytest", *pytest_args])
     if code:
         raise Exit(code=code)
 
 
 @task(help={"max_iter": "training iterations (default: the LeNet recipe's 10,000)"})
-def quickstart(c, max_iter=None):
+def quickstart(c: Context, max_iter: str | None = None) -> None:
     """The main job end to end: engine, data (MNIST, else Fashion-MNIST), LeNet trained and timed."""
+    options = SolverOptions.from_flags(max_iter=max_iter)
+    writable_folder(c.data.dir, setting="data.dir")
+    writable_folder(c.runs.dir, setting="runs.dir")
     result = engine_install.install(prefix=pick(None, c.engine.prefix))
     engine.report(result)
     run = smoke.tiny_training(result.engine)
     print(f"engine check: {run.iterations} iterations in {run.seconds:.2f} s, "
           f"loss {run.first_loss:.4f} -> {run.last_loss:.4f}")
-    dataset = prepare_data(c.data.dir)
+    dataset = first_available(c.data.dir)
     print(f"data: {dataset.name}, {dataset.count('train')} train + {dataset.count('test')} test "
           f"images in {dataset.path}")
-    options = SolverOptions(max_iter=None if max_iter is None else int(max_iter))
     request = TrainRequest(model="lenet", dataset=dataset.name, options=options, data_dir=c.data.dir,
                            runs_dir=c.runs.dir, models_dir=c.model.dir)
-    trained = session.train(train.locate_with_gpus(c.engine.prefix), request)
+    trained = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     train.finish(trained)
     print(f"demo-ready: invoke demo.serve --run {trained.run_dir.name}")
+
+
+def check_project_settings(folder: Path) -> None:
+    """The invoke.yaml files, checked while tasks.py (in ``folder``) loads: Invoke merges them next,
+    and would show a broken one as a traceback."""
+    with reported():
+        config.check_config_files(folder)
 
 
 ns = Collection(test, quickstart)

@@ -1,20 +1,47 @@
-"""What every task shares: the single place where caffetool errors become ``Error: ...``."""
+"""What every task shares: the single place where caffetool errors become ``Error: ...``.
+
+A task body raises caffetool errors and never prints one; :func:`reported` turns them into Invoke's
+``Exit`` (one ``Error: <message>`` line on stderr, exit code 1; 130 when interrupted; 141, silently,
+when the output's reader has gone). The same
+function reports the project's ``invoke.yaml`` problems while ``tasks.py`` loads, before Invoke
+would show them as a traceback.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
 import signal
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from invoke import Exit
+from invoke import Context, Exit
 from invoke import task as invoke_task
 
+from caffetool import config
 from caffetool.errors import CaffetoolError
 
 
+@contextmanager
+def reported() -> Iterator[None]:
+    """Run the block; a CaffetoolError leaves it as ``Error: <message>`` with exit code 1."""
+    try:
+        yield
+    except CaffetoolError as e:
+        raise Exit(f"Error: {e}", code=1) from None
+    except KeyboardInterrupt:
+        raise Exit("Error: interrupted; nothing half-done was kept", code=130) from None
+    except BrokenPipeError:
+        # The reader of the output went away (`invoke ... | head`): stop quietly, as shell tools do,
+        # and keep Python's exit-time flush from failing again on the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise Exit(code=128 + signal.SIGPIPE) from None
+
+
 def task(*args: Any, **kwargs: Any) -> Any:
-    """``invoke.task`` whose body reports a CaffetoolError as ``Error: <message>``, exit 1.
+    """``invoke.task`` whose body runs under :func:`reported`, after the settings are checked.
 
     SIGTERM is turned into KeyboardInterrupt while a task runs, so the library's cleanup
     (``finally`` blocks removing staging folders) also runs when a task is killed.
@@ -22,14 +49,12 @@ def task(*args: Any, **kwargs: Any) -> Any:
 
     def decorate(body: Callable[..., Any]) -> Any:
         @functools.wraps(body)
-        def run(*a: Any, **kw: Any) -> Any:
+        def run(c: Context, *a: Any, **kw: Any) -> Any:
             previous = signal.signal(signal.SIGTERM, _interrupt)
             try:
-                return body(*a, **kw)
-            except CaffetoolError as e:
-                raise Exit(f"Error: {e}", code=1) from None
-            except KeyboardInterrupt:
-                raise Exit("Error: interrupted; nothing half-done was kept", code=130) from None
+                with reported():
+                    check_settings(c)
+                    return body(c, *a, **kw)
             finally:
                 signal.signal(signal.SIGTERM, previous)
 
@@ -38,6 +63,17 @@ def task(*args: Any, **kwargs: Any) -> Any:
     if args and callable(args[0]) and not kwargs:
         return decorate(args[0])
     return decorate
+
+
+def check_settings(c: Context) -> None:
+    """caffetool's settings as merged by Invoke (``INVOKE_*`` variables included), checked by kind."""
+    merged = {section: _plain(c.config[section]) for section in config.SETTINGS if section in c.config}
+    config.check_settings(merged, config.environment_origin)
+
+
+def _plain(value: Any) -> Any:
+    """Invoke's DataProxy as a dict, so that a section can be told from a scalar."""
+    return dict(value.items()) if hasattr(value, "items") and not isinstance(value, Mapping) else value
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -4,89 +4,117 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from invoke import Collection
+from invoke import Collection, Context
 
+from caffetool.choices import PORT, Limit, bounded, choose, count, input_file, writable_folder
 from caffetool.demo import classifier as demo_classifier
 from caffetool.engine import locate
-from caffetool.errors import ConfigError
+from caffetool.errors import ConfigError, ImageError, RunError
 from caffetool.tasks._common import pick, task
 from caffetool.train import rundir
 
 MODEL_HELP = {
     "run": "run name or directory (default: the newest run)", "deploy": "deploy.prototxt (instead of --run)",
     "weights": ".caffemodel (with --deploy, or to pick a snapshot of --run)", "labels": "labels.txt (with --deploy)",
-    "mean": "mean .binaryproto or .npy (with --deploy)", "scale": "input scale (with --deploy; default 1)",
+    "mean": "mean .binaryproto or .npy (with --deploy)", "scale": "input scale, above 0 (with --deploy; default 1)",
     "backend": "caffe (pycaffe) or opencv (cv2.dnn)", "runs_dir": "where runs are",
 }
+SCALE = Limit("an input scale", 0, low_open=True)
+MAX_BODY = Limit("a size in bytes", 1, 2**31 - 1, kind=int)
+WORKERS = Limit("a number of server processes", 1, 64, kind=int)
 
 
-def model_files(c, run, deploy, weights, labels, mean, scale, runs_dir) -> demo_classifier.ModelFiles:
+def model_files(c: Context, run: str | None, deploy: str | None, weights: str | None, labels: str | None,
+                mean: str | None, scale: str | None, runs_dir: str | None) -> demo_classifier.ModelFiles:
+    """The model's files from the flags: given one by one with --deploy, else those of a run."""
     if deploy:
         if not (weights and labels):
             raise ConfigError("--deploy needs --weights and --labels too")
-        return demo_classifier.ModelFiles(Path(deploy), Path(weights), Path(labels), Path(mean) if mean else None,
-                                          None if scale is None else float(scale))
+        return demo_classifier.ModelFiles(input_file(deploy, "--deploy"), input_file(weights, "--weights"),
+                                          input_file(labels, "--labels"),
+                                          input_file(mean, "--mean") if mean else None,
+                                          bounded(scale, "--scale", SCALE))
     runs_root = Path(pick(runs_dir, c.runs.dir))
     run_dir = rundir.find(runs_root, run) if run else newest_run(runs_root)
     files = demo_classifier.from_run(run_dir)
     if weights:
-        files.weights = Path(weights)
+        files.weights = input_file(weights, "--weights")
     return files
 
 
 def newest_run(runs_root: Path) -> Path:
+    """The run whose newest .caffemodel is the most recent."""
     runs = [p for p in runs_root.glob("*/snapshots/*.caffemodel")]
     if not runs:
-        raise ConfigError(f"no trained run in {runs_root} — run `invoke train` first, or pass --deploy/--weights/--labels")
+        raise RunError(f"no trained run in {runs_root} — run `invoke train` first, or pass --deploy/--weights/--labels")
     return max(runs, key=lambda p: p.stat().st_mtime).parent.parent
 
 
-@task(help={**MODEL_HELP, "host": "address to bind (127.0.0.1: this machine only)", "port": "TCP port (1-65535)",
-            "max_body": "largest accepted body in bytes (413 past it)", "workers": "server processes"})
-def serve(c, run=None, deploy=None, weights=None, labels=None, mean=None, scale=None, backend="caffe",
-          host="127.0.0.1", port=8000, max_body=10 * 1024 * 1024, workers=1, runs_dir=None):
+@task(help={**MODEL_HELP, "host": "address to bind (127.0.0.1: this machine only)",
+            "port": "TCP port, 1 to 65535 (default 8000)",
+            "max_body": "largest accepted body in bytes (413 past it; default 10 MiB)",
+            "workers": "server processes, 1 to 64 (default 1)"})
+def serve(c: Context, run: str | None = None, deploy: str | None = None, weights: str | None = None,
+          labels: str | None = None, mean: str | None = None, scale: str | None = None, backend: str = "caffe",
+          host: str = "127.0.0.1", port: str = "8000", max_body: str = str(10 * 1024 * 1024),
+          workers: str = "1", runs_dir: str | None = None) -> None:
     """Serve a trained model: web page (upload or draw), JSON API, health check."""
     from caffetool.demo import serving  # noqa: PLC0415 - uvicorn only when serving
 
+    tcp_port = bounded(port, "--port", PORT)
+    body_limit, processes = bounded(max_body, "--max-body", MAX_BODY), bounded(workers, "--workers", WORKERS)
+    engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir)
-    serving.serve(locate(c.engine.prefix, probe=False), files, backend, host, int(port), int(max_body), int(workers))
+    serving.serve(locate(c.engine.prefix, probe=False), files, engine_kind, host, tcp_port, body_limit, processes)
 
 
 @task(positional=["images"], help={**MODEL_HELP, "images": "image files, comma-separated, or a folder",
-                                   "top": "classes to show per image", "annotate": "folder for labelled copies"})
-def classify(c, images, run=None, deploy=None, weights=None, labels=None, mean=None, scale=None,
-             backend="caffe", top=5, annotate=None, runs_dir=None):
+                                   "top": "classes to show per image (default 5)",
+                                   "annotate": "folder for labelled copies"})
+def classify(c: Context, images: str, run: str | None = None, deploy: str | None = None,
+             weights: str | None = None, labels: str | None = None, mean: str | None = None,
+             scale: str | None = None, backend: str = "caffe", top: str = "5", annotate: str | None = None,
+             runs_dir: str | None = None) -> None:
     """Classify images from the command line (top-k each; --annotate writes labelled copies)."""
     from caffetool.demo import annotate as annotator  # noqa: PLC0415
-    from caffetool.demo.preprocess import BadImage  # noqa: PLC0415
 
+    shown = count(top, "--top")
+    engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
+    labelled = writable_folder(annotate, "--annotate") if annotate else None
+    paths = image_files(images)
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir)
-    classifier = demo_classifier.load(locate(c.engine.prefix, probe=False), files, backend)
+    classifier = demo_classifier.load(locate(c.engine.prefix, probe=False), files, engine_kind)
     failures = 0
-    for path in iter_images(images):
+    for path in paths:
         try:
             data = path.read_bytes()  # one image at a time: any number of files, bounded memory
-            result = classifier.classify(data, int(top))
-        except (OSError, BadImage) as e:
+            result = classifier.classify(data, shown)
+            best = result["top"][0]
+            if labelled:
+                annotator.annotate(data, best["label"], best["prob"], labelled / f"{path.stem}.annotated.png")
+        except (OSError, ImageError) as e:
             print(f"{path}: {e}")
             failures += 1
             continue
-        best = result["top"][0]
         flag = " (inverted)" if result["inverted"] else ""
         print(f"{path}: " + ", ".join(f"{t['label']} {t['prob']:.4f}" for t in result["top"]) + flag)
-        if annotate:
-            annotator.annotate(data, best["label"], best["prob"], Path(annotate) / f"{path.stem}.annotated.png")
     if failures:
-        raise ConfigError(f"{failures} file(s) could not be classified")
+        raise ImageError(f"{failures} file(s) could not be classified")
 
 
-def iter_images(spec: str):
+def image_files(spec: str) -> list[Path]:
+    """The files named by ``spec``: comma-separated paths, a folder standing for its files.
+
+    Only names are listed (the images are read one at a time later); naming none is an error, so a
+    typo does not pass as a successful run over nothing.
+    """
+    paths: list[Path] = []
     for part in (p for p in spec.split(",") if p):
         path = Path(part)
-        if path.is_dir():
-            yield from sorted(p for p in path.iterdir() if p.is_file())
-        else:
-            yield path
+        paths += sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    if not paths:
+        raise ConfigError(f"IMAGES {spec!r} names no files; give image files, comma-separated, or a folder")
+    return paths
 
 
 ns = Collection("demo", serve, classify)

@@ -10,9 +10,10 @@ import os
 import shlex
 from pathlib import Path
 
-from invoke import Collection
+from invoke import Collection, Context
 
 from caffetool import dockerimg
+from caffetool.choices import PORT, bounded, shell_words, writable_folder
 from caffetool.errors import SystemDependencyError
 from caffetool.tasks._common import pick, task
 
@@ -21,7 +22,7 @@ IMAGE_HELP = {"variant": "gpu or cpu", "cuda": f"CUDA release: {', '.join(docker
               "ubuntu": f"Ubuntu release of the GPU image: {', '.join(dockerimg.UBUNTU)}", "tag": "image tag"}
 
 
-def require_docker(c, gpu: bool) -> None:
+def require_docker(c: Context, gpu: bool) -> None:
     """Docker (client and a reachable daemon) and, for GPU images, the NVIDIA container toolkit."""
     if c.run("command -v docker", hide=True, warn=True).failed:
         raise SystemDependencyError("docker is not installed; see https://docs.docker.com/engine/install/")
@@ -34,12 +35,14 @@ def require_docker(c, gpu: bool) -> None:
                                     "(nvidia-ctk runtime configure --runtime=docker) and restart Docker")
 
 
-def _run(c, argv: list[str]) -> None:
+def _run(c: Context, argv: list[str]) -> None:
+    """Run a Docker command, echoed, its output passed through."""
     c.run(shlex.join(argv), pty=False, echo=True)
 
 
 @task(help={**IMAGE_HELP, "push": "push the image after building", "source": "folder or URL with the tarballs"})
-def build(c, variant="gpu", cuda="12.4.1", ubuntu="22.04", tag=None, push=False, source=None):
+def build(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
+          push: bool = False, source: str | None = None) -> None:
     """Build the gpu or cpu image with the engine recipe (docker/Dockerfile)."""
     img = dockerimg.image(variant, cuda, ubuntu, tag)
     require_docker(c, gpu=False)  # building needs no GPU
@@ -47,34 +50,45 @@ def build(c, variant="gpu", cuda="12.4.1", ubuntu="22.04", tag=None, push=False,
     _run(c, dockerimg.build_argv(img, PROJECT, context, push))
 
 
-def _paths(c, data_dir, runs_dir) -> tuple[Path, Path]:
-    data = Path(pick(data_dir, c.data.dir)).absolute()
-    runs = Path(pick(runs_dir, c.runs.dir)).absolute()
-    data.mkdir(parents=True, exist_ok=True)
-    runs.mkdir(parents=True, exist_ok=True)
+def _paths(c: Context, data_dir: str | None, runs_dir: str | None) -> tuple[Path, Path]:
+    """The host folders to mount, checked (they are made once Docker is known to be there)."""
+    data = writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir")
+    runs = writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir")
     return data, runs
+
+
+def _made(*folders: Path) -> None:
+    """Make the mounted folders, so Docker does not create them owned by root."""
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
 
 
 @task(help={**IMAGE_HELP, "args": "arguments for `invoke train` inside the image, e.g. \"--gpu all --max-iter 500\"",
             "data_dir": "host data folder (mounted)", "runs_dir": "host runs folder (mounted)"})
-def train(c, variant="gpu", cuda="12.4.1", ubuntu="22.04", tag=None, args="", data_dir=None, runs_dir=None):
+def train(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
+          args: str = "", data_dir: str | None = None, runs_dir: str | None = None) -> None:
     """Train inside the image (`--gpus all`), data and runs mounted, files owned by you."""
     img = dockerimg.image(variant, cuda, ubuntu, tag)
-    require_docker(c, img.gpu)
+    words = shell_words(args, "--args")
     data, runs = _paths(c, data_dir, runs_dir)
-    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, ["train", *shlex.split(args)]))
+    require_docker(c, img.gpu)
+    _made(data, runs)
+    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, ["train", *words]))
 
 
-@task(help={**IMAGE_HELP, "run": "run to serve", "port": "host port (published on 127.0.0.1 only)",
+@task(help={**IMAGE_HELP, "run": "run to serve", "port": "host port, 1 to 65535 (published on 127.0.0.1 only)",
             "data_dir": "host data folder (mounted)", "runs_dir": "host runs folder (mounted)"})
-def demo(c, variant="gpu", cuda="12.4.1", ubuntu="22.04", tag=None, run=None, port=8000, data_dir=None,
-         runs_dir=None):
+def demo(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
+         run: str | None = None, port: str = "8000", data_dir: str | None = None,
+         runs_dir: str | None = None) -> None:
     """Serve the demo from the image on http://127.0.0.1:PORT/."""
     img = dockerimg.image(variant, cuda, ubuntu, tag)
-    require_docker(c, img.gpu)
+    host_port = bounded(port, "--port", PORT)
     data, runs = _paths(c, data_dir, runs_dir)
+    require_docker(c, img.gpu)
+    _made(data, runs)
     serve = ["demo.serve", "--host", "0.0.0.0", "--port", "8000"] + (["--run", run] if run else [])
-    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, serve, publish=f"127.0.0.1:{port}:8000"))
+    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, serve, publish=f"127.0.0.1:{host_port}:8000"))
 
 
 ns = Collection("docker", build, train, demo)

@@ -6,8 +6,10 @@ import json
 import platform
 from pathlib import Path
 
-from invoke import Collection
+from invoke import Collection, Context
 
+from caffetool import config
+from caffetool.choices import bounded, count, number, output_file, writable_folder
 from caffetool.engine import install as engine_install
 from caffetool.engine import locate, smoke
 from caffetool.engine.recipe import BuildOptions
@@ -25,15 +27,19 @@ from caffetool.tasks._common import pick, task
         "nccl": "build with NCCL for multi-GPU `-gpu all` (implies --cuda)",
         "cuda_arch": "space-separated compute capabilities, e.g. '70 75 80 86 89 90'",
         "cmake_arg": "extra CMake argument (repeatable), e.g. -DCUDA_TOOLKIT_ROOT_DIR=/opt/cuda",
-        "jobs": "parallel compile jobs (default: all cores)",
+        "jobs": "parallel compile jobs, 1 to 4096 (default: engine.jobs, else all cores)",
         "force": "rebuild even if an install is present",
         "bundle": "install this engine bundle (file or URL, from `engine.bundle`) instead of building",
         "sha256": "the bundle's sha256 (default: read from BUNDLE.sha256 beside it)",
     },
 )
-def install(c, prefix=None, source=None, debian_mirror=None, cuda=False, cudnn=False, nccl=False,
-            cuda_arch="", cmake_arg=None, jobs=0, force=False, bundle=None, sha256=None):
+def install(c: Context, prefix: str | None = None, source: str | None = None, debian_mirror: str | None = None,
+            cuda: bool = False, cudnn: bool = False, nccl: bool = False, cuda_arch: str = "",
+            cmake_arg: list[str] | None = None, jobs: str | None = None, force: bool = False,
+            bundle: str | None = None, sha256: str | None = None) -> None:
     """Build BVLC Caffe from Debian's pinned source and install it (idempotent), or install a bundle."""
+    workers = bounded(pick(jobs, c.engine.jobs), "--jobs", config.JOBS)
+    writable_folder(config.engine_prefix(pick(prefix, c.engine.prefix)), "--prefix", "engine.prefix")
     if bundle:
         from caffetool.engine import bundle as bundles  # noqa: PLC0415
 
@@ -55,7 +61,7 @@ def install(c, prefix=None, source=None, debian_mirror=None, cuda=False, cudnn=F
         options=options,
         source_location=pick(source, c.engine.source),
         debian_mirror=pick(debian_mirror, c.engine.debian_mirror),
-        jobs=pick(jobs or None, c.engine.jobs),
+        jobs=workers,
         force=force,
     )
     report(result)
@@ -75,7 +81,7 @@ def report(result: engine_install.InstallResult) -> None:
 
 
 @task(help={"prefix": "engine prefix to inspect", "json": "print the full report as JSON"})
-def info(c, prefix=None, json_=False):
+def info(c: Context, prefix: str | None = None, json_: bool = False) -> None:
     """Show where the engine is, how it was built and what works."""
     engine = locate(pick(prefix, c.engine.prefix))
     if json_:
@@ -100,24 +106,27 @@ def info(c, prefix=None, json_=False):
     print(f"GPUs        {', '.join(engine.gpus) if engine.gpus else 'none visible'}")
 
 
-@task(help={"prefix": "engine prefix", "iterations": "training iterations"})
-def check(c, prefix=None, iterations=50):
+@task(help={"prefix": "engine prefix", "iterations": "training iterations (default 50)"})
+def check(c: Context, prefix: str | None = None, iterations: str = "50") -> None:
     """Prove the engine: a tiny real `caffe train` run whose loss must fall."""
+    steps = count(iterations, "--iterations")
     engine = locate(pick(prefix, c.engine.prefix), probe=False)
-    result = smoke.tiny_training(engine, iterations=iterations)
+    result = smoke.tiny_training(engine, iterations=steps)
     print(f"caffe train: {result.iterations} iterations in {result.seconds:.2f} s, "
           f"loss {result.first_loss:.4f} -> {result.last_loss:.4f}")
 
 
 @task(name="compile-check", iterable=["cmake_arg"],
       help={"cuda_arch": "compute capabilities (CUDA 13: 75 and newer)",
-            "jobs": "parallel compile jobs", "source": "folder or URL with the tarballs",
+            "jobs": "parallel compile jobs, 1 to 4096 (default: all cores)", "source": "folder or URL with the tarballs",
             "cmake_arg": "extra CMake argument (repeatable), e.g. -DUSE_OPENCV=OFF for a small bundle"})
-def compile_check_(c, cuda_arch="75 80 86 89 90", jobs=0, source=None, cmake_arg=None):
+def compile_check_(c: Context, cuda_arch: str = "75 80 86 89 90", jobs: str | None = None,
+                   source: str | None = None, cmake_arg: list[str] | None = None) -> None:
     """Compile-only GPU build (CUDA 13 nvcc, cuDNN 9, NCCL 2 from PyPI wheels), into a side prefix."""
     from caffetool.engine.compile_check import compile_check  # noqa: PLC0415
 
-    r = compile_check(tuple(cuda_arch.split()), jobs or None, pick(source, c.engine.source),
+    workers = bounded(jobs, "--jobs", config.JOBS)
+    r = compile_check(tuple(cuda_arch.split()), workers, pick(source, c.engine.source),
                       tuple(cmake_arg or ()))
     print(f"built in {r.seconds:.0f} s into {r.prefix} (not linked into Python)")
     print(f"CUDA objects compiled: {r.cu_objects}")
@@ -127,11 +136,13 @@ def compile_check_(c, cuda_arch="75 80 86 89 90", jobs=0, source=None, cmake_arg
 
 @task(help={"prefix": "engine prefix to bundle", "out": "archive path (default: a descriptive name here)",
             "level": "zstd level, 1 (fast) to 22; default 19: smallest, about 2 minutes on 2 cores"})
-def bundle(c, prefix=None, out=None, level=19):
+def bundle(c: Context, prefix: str | None = None, out: str | None = None, level: str = "19") -> None:
     """Pack the installed engine into a relocatable, reproducible .tar.zst (with a .sha256 beside it)."""
     from caffetool.engine import bundle as bundles  # noqa: PLC0415
 
-    r = bundles.make(pick(prefix, c.engine.prefix), out, int(level))
+    zstd_level = number(level, "--level", int)
+    target = output_file(out, "--out") if out else None
+    r = bundles.make(pick(prefix, c.engine.prefix), target, zstd_level)
     print(f"{r.path}: {r.size / 2**20:.1f} MiB, {r.files} files, sha256 {r.sha256}, built in {r.seconds:.0f} s")
     print(f"vendored    {', '.join(r.vendored) or 'nothing'}")
     print(f"runs on     {platform.machine()} with glibc >= {r.glibc}")

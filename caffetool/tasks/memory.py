@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from invoke import Collection
+from invoke import Collection, Context
 
-from caffetool.choices import count
+from caffetool.choices import count, number, output_file
 from caffetool.engine import import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
@@ -25,7 +25,7 @@ NET_HELP = {
 }
 
 
-def _load(c: Any, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
+def _load(c: Context, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
           solver: str, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
           test_net: bool = True) -> tuple[Any, nets.NetSource, est.Options]:
     """The net and the estimator's options from the flags; numbers are checked before Caffe is loaded."""
@@ -43,11 +43,12 @@ def without(*drop: str) -> dict[str, str]:
 
 
 @task(help={**NET_HELP, "json": "print the estimate as JSON", "plot": "write a PNG of memory per layer"})
-def estimate(c: Any, model: str | None = None, net: str | None = None, batch_size: str | None = None,
+def estimate(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
              solver: str = "SGD", phase: str = "train", mode: str = "cpu", dtype: str = "fp32",
              iter_size: str | None = None, input_shape: str | None = None, cudnn: bool = False,
              no_test_net: bool = False, json_: bool = False, plot: str | None = None) -> None:
     """Per-layer memory and compute of a net, by Caffe's own allocation rules (no Caffe run)."""
+    picture = output_file(plot, "--plot") if plot else None
     _, source, options = _load(c, model, net, input_shape, batch_size, solver, phase, mode, dtype, iter_size,
                                cudnn, not no_test_net)
     e = est.estimate(source.net, options, source.text, source.origin)
@@ -56,15 +57,15 @@ def estimate(c: Any, model: str | None = None, net: str | None = None, batch_siz
         print(json.dumps(table.estimate_json(source.name, e, fixed, per), indent=1, default=list))
         return
     print("\n".join(table.estimate_lines(source.name, e, fixed, per)))
-    if plot:
+    if picture:
         from caffetool.memory.plot import plot_layers  # noqa: PLC0415 - matplotlib only when asked
 
-        print(f"plot: {plot_layers(e, plot, source.name)}")
+        print(f"plot: {plot_layers(e, picture, source.name)}")
 
 
 @task(help={**without("phase", "mode"), "gpu_memory": "card memory, e.g. 12GiB", "gpu": f"a card: {', '.join(gpus.GPUS)}",
             "reserve": "memory kept free for the CUDA context and fragmentation"})
-def fit(c: Any, model: str | None = None, net: str | None = None, batch_size: str | None = None,
+def fit(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
         solver: str = "SGD", dtype: str = "fp32", iter_size: str | None = None, input_shape: str | None = None,
         cudnn: bool = False, no_test_net: bool = False, gpu_memory: str | None = None, gpu: str | None = None,
         reserve: str = "400MiB") -> None:
@@ -73,8 +74,8 @@ def fit(c: Any, model: str | None = None, net: str | None = None, batch_size: st
 
     if bool(gpu_memory) == bool(gpu):
         raise ConfigError("give exactly one of --gpu-memory SIZE or --gpu NAME")
-    capacity = gpus.parse_size(gpu_memory) if gpu_memory else gpus.lookup(gpu)
-    kept = gpus.parse_size(reserve)
+    capacity = gpus.parse_size(gpu_memory, "--gpu-memory") if gpu_memory else gpus.lookup(gpu)
+    kept = gpus.parse_size(reserve, "--reserve")
     fitting.check_budget(capacity, kept)  # before the net is loaded: nothing to estimate against
     _, source, options = _load(c, model, net, input_shape, batch_size, solver, "train", "gpu", dtype, iter_size,
                                cudnn, not no_test_net)
@@ -83,24 +84,26 @@ def fit(c: Any, model: str | None = None, net: str | None = None, batch_size: st
 
 
 @task(help={**without("phase", "dtype", "iter_size", "cudnn", "no_test_net"),
-            "classes": "number of classes of the random labels (default: the model's)"})
-def measure(c: Any, model: str | None = None, net: str | None = None, batch_size: str | None = None,
+            "classes": "number of classes of the random labels (default: the model's)",
+            "device": "with --mode gpu: the GPU to measure on, by id (default 0)"})
+def measure(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
             solver: str = "SGD", mode: str = "cpu", input_shape: str | None = None,
-            classes: str | None = None) -> None:
+            classes: str | None = None, device: str = "0") -> None:
     """Measure what the real engine allocates (solver, one test pass, one step) next to the estimate."""
     from caffetool.memory import measure as measuring  # noqa: PLC0415
 
     labels = count(classes, "--classes")
+    gpu_id = number(device, "--device", int, minimum=0, maximum=63)
     engine = locate(c.engine.prefix, probe=False)
     caffe, source, options = _load(c, model, net, input_shape, batch_size, solver, "train", mode, "fp32", None, False)
     e = est.estimate(source.net, options, source.text, source.origin)
     got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
-                            labels or source.num_classes or 10, options.mode)
+                            labels or source.num_classes or 10, options.mode, gpu_id)
     print("\n".join(table.measure_lines(source.name, e, got)))
 
 
 @task
-def report(c: Any) -> None:
+def report(c: Context) -> None:
     """Published memory figures (vDNN's AlexNet and VGG-16, Dettmers' 6 GB rule) next to the estimator's."""
     from caffetool.memory import report as reporting  # noqa: PLC0415
 

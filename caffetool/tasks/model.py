@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from invoke import Collection
+from invoke import Collection, Context
 
-from caffetool.choices import count
+from caffetool.choices import count, writable_folder
 from caffetool.data import layout, registry
 from caffetool.engine import locate
+from caffetool.errors import ConfigError
 from caffetool.nets import generate as net_generate
 from caffetool.nets import model as models
-from caffetool.nets import solver
+from caffetool.nets import prototxt, solver
 from caffetool.nets.solver import SolverOptions
 from caffetool.nets.listing import list_models
 from caffetool.tasks._common import pick, task
@@ -43,10 +44,10 @@ def solver_flags(params: dict[str, Any]) -> dict[str, Any]:
 @task(iterable=["stepvalue"], help={
     "model": "model name (invoke model.list)", "net": "your own train/test prototxt instead of --model",
     "dataset": "data set (fetched with data.fetch)", "batch_size": "training batch size",
-    "test_batch_size": "test batch size", "out": "output directory (default: runs/generated/<model>)",
+    "test_batch_size": "test batch size", "out": "output directory (default: <runs.dir>/generated/<model>)",
     "force": "replace existing files in --out", "data_dir": "where data sets are", **SOLVER_HELP,
 })
-def generate(c: Any, model: str | None = None, net: str | None = None, dataset: str | None = None,
+def generate(c: Context, model: str | None = None, net: str | None = None, dataset: str | None = None,
              batch_size: str | None = None, test_batch_size: str | None = None, solver: str = "SGD",
              base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
              power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
@@ -58,11 +59,16 @@ def generate(c: Any, model: str | None = None, net: str | None = None, dataset: 
     """Write train_val.prototxt, deploy.prototxt and solver.prototxt, validated by Caffe."""
     options = SolverOptions.from_flags(**solver_flags(locals()))
     batch, test_batch = count(batch_size, "--batch-size"), count(test_batch_size, "--test-batch-size")
+    if bool(model) == bool(net):
+        raise ConfigError("give exactly one of --model NAME or --net FILE")
+    if net:
+        prototxt.read_text(Path(net))  # a wrong file is named before the data set is opened
     spec = registry.get(pick(dataset, c.data.dataset))
     chosen = models.get(model, c.model.dir) if model else None
+    name = chosen.name if chosen else Path(net).stem
+    target = writable_folder(out or Path(c.runs.dir) / "generated" / name, "--out")
     ds = layout.load(spec, pick(data_dir, c.data.dir))
-    target = Path(out or Path("runs") / "generated" / (chosen.name if chosen else Path(net).stem))
-    result = net_generate.generate(locate(c.engine.prefix, probe=False), chosen, ds, target.absolute(), options,
+    result = net_generate.generate(locate(c.engine.prefix, probe=False), chosen, ds, target, options,
                                    batch, test_batch, Path(net) if net else None, force)
     train = result.report["train"]
     print(f"wrote {', '.join(p.name for p in result.files.values())} to {result.out}")
@@ -71,7 +77,7 @@ def generate(c: Any, model: str | None = None, net: str | None = None, dataset: 
 
 
 @task(name="list", help={"models_dir": "folder of model declarations (default: model.dir)"})
-def list_(c: Any, models_dir: str | None = None) -> None:
+def list_(c: Context, models_dir: str | None = None) -> None:
     """The models with input shape, parameter count and layer count (built by Caffe)."""
     rows = list_models(locate(c.engine.prefix, probe=False), pick(models_dir, c.model.dir))
     print(f"{'model':<11} {'input':<12} {'parameters':>12} {'layers':>7}  description")

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from invoke import Collection, Exit
 
-from caffetool.choices import count
-from caffetool.engine import EngineInfo, import_caffe, locate
-from caffetool.engine.locate import visible_gpus
+from caffetool.choices import count, input_file, writable_folder
+from caffetool.engine import import_caffe, locate
+from caffetool.errors import ConfigError
 from caffetool.nets import build, model as models, prototxt
 from caffetool.nets.solver import SolverOptions
-from caffetool.train import devices, metrics_io, rundir, session, tools
+from caffetool.train import caffe_commands, devices, metrics_io, owner, rundir, session
 from caffetool.train.logparse import parse_file
 from caffetool.tasks._common import pick, task
 from caffetool.tasks.model import SOLVER_HELP, solver_flags
@@ -42,16 +41,10 @@ def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "au
         model=model, dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
         weights=weights, batch=count(batch_size, "--batch-size"),
         test_batch=count(test_batch_size, "--test-batch-size"),
-        data_dir=pick(data_dir, c.data.dir), runs_dir=pick(runs_dir, c.runs.dir), models_dir=c.model.dir)
-    result = session.train(locate_with_gpus(c.engine.prefix), request)
+        data_dir=writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"),
+        runs_dir=writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir"), models_dir=c.model.dir)
+    result = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     finish(result)
-
-
-def locate_with_gpus(prefix: str | None) -> EngineInfo:
-    """The engine and its visible GPUs, without the pycaffe import probe (half a second saved)."""
-    engine = locate(prefix, probe=False)
-    engine.gpus = visible_gpus()
-    return engine
 
 
 def finish(result: session.TrainResult) -> None:
@@ -65,9 +58,8 @@ def finish(result: session.TrainResult) -> None:
           f"(setup {t.get('setup', 0):.1f}, training {t.get('training', 0):.1f}, testing {t.get('testing', 0):.1f})")
     if test:
         print("final test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items() if k != "NumIters"))
-    weights = sorted((result.run_dir / "snapshots").glob("*.caffemodel"), key=session._iteration_of)
-    if weights:
-        print(f"model:      {weights[-1]} (deploy: {result.run_dir / 'deploy.prototxt'}, "
+    if result.weights:
+        print(f"model:      {result.weights} (deploy: {result.run_dir / 'deploy.prototxt'}, "
               f"labels: {result.run_dir / 'labels.txt'})")
     print(f"curves:     {result.run_dir / 'plots'}")
     if out.status != "finished":
@@ -77,10 +69,10 @@ def finish(result: session.TrainResult) -> None:
 @task(help={"run": "run name or directory", "max_iter": "train up to this iteration instead",
             "runs_dir": "where runs are"})
 def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None = None) -> None:
-    """Continue a run from its newest .solverstate snapshot."""
+    """Continue a run from its newest complete snapshot."""
     iterations = count(max_iter, "--max-iter")
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
-    result = session.resume(locate_with_gpus(c.engine.prefix), run_dir, iterations)
+    result = session.resume(locate(c.engine.prefix, probe=False, gpus=True), run_dir, iterations)
     finish(result)
 
 
@@ -90,24 +82,11 @@ def test_(c: Any, run: str, weights: str | None = None, iterations: str | None =
           runs_dir: str | None = None) -> None:
     """Run `caffe test` on a run's final (or given) weights and record accuracy and loss."""
     batches = count(iterations, "--iterations")
-    engine = locate_with_gpus(c.engine.prefix)
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
-    manifest = rundir.read_manifest(run_dir)
-    if weights is None:
-        found = sorted((run_dir / "snapshots").glob("*.caffemodel"), key=session._iteration_of)
-        if not found:
-            raise Exit(f"Error: {run_dir} has no .caffemodel yet; give --weights FILE", code=1)
-        weights = found[-1]
-    caffe = import_caffe(engine)
-    solver = prototxt.read(run_dir / "solver.prototxt", caffe.proto.caffe_pb2.SolverParameter())
-    n = batches or solver.test_iter[0]
-    chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
-    result = tools.caffe_test(engine, run_dir, Path(weights).absolute(), n, chosen.flag)
-    manifest.setdefault("tests", []).append({"at": dt.datetime.now().isoformat(timespec="seconds"),
-                                             "weights": str(weights), "batches": n, "outputs": result.outputs})
-    rundir.write_manifest(run_dir, manifest)
-    print(f"caffe test on {Path(weights).name}, {n} batches: "
-          + ", ".join(f"{k} {v:.4f}" for k, v in result.outputs.items()))
+    chosen = input_file(weights, "--weights") if weights else None
+    record = session.test(locate(c.engine.prefix, probe=False, gpus=True), run_dir, chosen, batches)
+    print(f"caffe test on {record.weights.name}, {record.batches} batches: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in record.outputs.items()))
 
 
 @task(name="time", help={"model": "model name", "batch_size": "batch size (default: the model's)",
@@ -119,7 +98,7 @@ def time_(c: Any, model: str = "lenet", batch_size: str | None = None, gpu: str 
     batch = count(batch_size, "--batch-size")
     passes = count(iterations, "--iterations") or 10
     shown = count(top, "--top") or 15
-    engine = locate_with_gpus(c.engine.prefix)
+    engine = locate(c.engine.prefix, probe=False, gpus=True)
     caffe = import_caffe(engine)
     m = models.get(model, c.model.dir)
     batch = batch or m.batch[0]
@@ -129,7 +108,7 @@ def time_(c: Any, model: str = "lenet", batch_size: str | None = None, gpu: str 
     with tempfile.TemporaryDirectory(prefix="caffetool-time-") as tmp:
         path = Path(tmp) / f"{m.name}.prototxt"
         path.write_text(prototxt.to_text(net))
-        layers, averages = tools.caffe_time(engine, path, passes, chosen.flag)
+        layers, averages = caffe_commands.caffe_time(engine, path, passes, chosen.flag)
     total = sum(t.total_ms for t in layers) or 1.0
     print(f"{m.name}, batch {batch}, {chosen.label}, {passes} iterations: "
           f"forward {averages.get('forward', 0):.2f} ms, backward {averages.get('backward', 0):.2f} ms")
@@ -143,7 +122,6 @@ def parse(c: Any, log: str, out: str | None = None) -> None:
     """Parse any Caffe log into metrics.csv and metrics.json."""
     metrics = parse_file(Path(log))
     folder = Path(out) if out else Path(log).absolute().parent
-    folder.mkdir(parents=True, exist_ok=True)
     stem = Path(log).stem
     csv_path = metrics_io.write_csv(metrics, folder / f"{stem}.metrics.csv")
     json_path = metrics_io.write_json(metrics, folder / f"{stem}.metrics.json")
@@ -161,9 +139,9 @@ def report_(c: Any, runs: str, out: str | None = None, runs_dir: str | None = No
 
     runs_root = Path(pick(runs_dir, c.runs.dir))
     names = [r for r in runs.replace(",", " ").split() if r]
-    manifests = [rundir.read_manifest(rundir.find(runs_root, r)) for r in names]
+    manifests = [owner.settle(rundir.find(runs_root, r)) for r in names]
     if not manifests:
-        raise Exit("Error: name at least one run: invoke train.report RUN[,RUN...]", code=1)
+        raise ConfigError("name at least one run: invoke train.report RUN[,RUN...]")
     cells = reports.table(manifests)
     print(reports.text(cells))
     stem = "report-" + "-vs-".join(m["name"] for m in manifests)[:120]

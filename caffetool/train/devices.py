@@ -3,7 +3,8 @@
 ``--gpu`` takes ``auto`` (GPUs when the engine has CUDA and some are visible, else the CPU),
 ``cpu``, ``all`` or a list of ids (``0,1``). Asking for GPUs from a CPU-only engine, or for several
 GPUs from an engine without NCCL (Caffe would die with "Multi-GPU execution not available"), is
-refused before anything runs, with the reason and the fix.
+refused before anything runs, with the reason and the fix. The visible GPUs are those
+``locate(..., gpus=True)`` lists into ``EngineInfo.gpus``.
 """
 
 from __future__ import annotations

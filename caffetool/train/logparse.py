@@ -3,9 +3,11 @@
 Rows are keyed as Caffe's ``tools/extra/parse_log.py`` keys them (``NumIters``, ``Seconds``,
 ``LearningRate``, then each net output by name), train rows apart from each test net's rows.
 ``Seconds`` count from the ``Solving`` line; a resumed run (a second ``Solving``) continues the
-count instead of restarting it. glog's prefix carries the date as ``MMDD`` (older glog) or
-``YYYYMMDD``; without a year, a month that goes backwards means the year rolled over. Lines that
-do not parse are skipped: a truncated or garbled log gives the rows that are whole.
+count instead of restarting it. glog's prefix (read by :mod:`caffetool.glog`) carries the date as
+``MMDD`` (older glog) or ``YYYYMMDD``; without a year, a month that goes backwards means the year
+rolled over. Lines that do not parse are skipped: a truncated or garbled log gives the rows that
+are whole. A file with no glog line at all (empty, binary, another format) is refused rather than
+read as a log of nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-PREFIX = re.compile(r"^([IWEF])(\d{8}|\d{4}) (\d\d):(\d\d):(\d\d)\.(\d+) +\d+ ([^\]\s]+)\] ?(.*)$")
+from caffetool import glog
+from caffetool.errors import RunError
+from caffetool.glog import ITERATION
+from caffetool.train import snapshots
+
 SOLVING = re.compile(r"^Solving (.*)$")
-ITERATION = re.compile(r"^Iteration (\d+)(?: \(([-+.\deE]+|inf|nan) iter/s, [^)]*\))?, loss = (\S+)$")
 LEARNING_RATE = re.compile(r"^Iteration (\d+), lr = (\S+)$")
 TESTING = re.compile(r"^Iteration (\d+), Testing net \(#(\d+)\)$")
 OUTPUT = re.compile(r"^\s*(Train|Test) net output #(\d+): (\S+) = (\S+)")
@@ -56,7 +62,7 @@ class Metrics:
         """The furthest iteration the log shows: display lines, tests or snapshots."""
         seen = [r["NumIters"] for r in self.train[-1:]]
         seen += [rows[-1]["NumIters"] for rows in self.test.values() if rows]
-        seen += [int(s.rsplit("_iter_", 1)[1].split(".")[0]) for s in self.snapshots if "_iter_" in s]
+        seen += [i for s in self.snapshots if (i := snapshots.iteration_of(s)) is not None]
         return max(seen, default=0)
 
     def latest(self, key: str, net: int = 0) -> float | None:
@@ -72,6 +78,7 @@ class LogParser:
 
     def __init__(self, year: int | None = None) -> None:
         self.metrics = Metrics()
+        self.glog_lines = 0
         self.year = year or dt.date.today().year
         self._month = 0
         self._session_start: dt.datetime | None = None
@@ -90,16 +97,17 @@ class LogParser:
         return self.metrics
 
     def feed(self, line: str) -> None:
-        match = PREFIX.match(line.rstrip("\n"))
-        if not match:
+        parsed = glog.parse(line)
+        if parsed is None:
             return
-        level, date, hh, mm, ss, frac, _where, message = match.groups()
-        when = self._time(date, int(hh), int(mm), int(ss), frac)
+        self.glog_lines += 1
+        when = self._time(parsed)
         if when is None:
             return
         m = self.metrics
         m.last_time = when
-        if level == "F":
+        message = parsed.message
+        if parsed.severity == glog.FATAL:
             m.fatal = m.fatal or message
             return
         if solving := SOLVING.match(message):
@@ -185,21 +193,27 @@ class LogParser:
         assert self._session_start is not None
         return round(self._offset + (when - self._session_start).total_seconds(), 6)
 
-    def _time(self, date: str, hh: int, mm: int, ss: int, frac: str) -> dt.datetime | None:
-        if len(date) == 8:
-            year, month, day = int(date[:4]), int(date[4:6]), int(date[6:])
-        else:
-            month, day = int(date[:2]), int(date[2:])
-            if month < self._month:
-                self.year += 1  # December → January: the year rolled over
-            year = self.year
-        self._month = month
-        try:
-            return dt.datetime(year, month, day, hh, mm, ss, int(frac[:6].ljust(6, "0")))
-        except ValueError:
-            return None
+    def _time(self, line: glog.Line) -> dt.datetime | None:
+        if line.year is None and line.month < self._month:
+            self.year += 1  # December → January: the year rolled over
+        self._month = line.month
+        return line.time(self.year)
 
 
-def parse_file(path, year: int | None = None) -> Metrics:
-    with open(path, errors="replace") as f:
-        return LogParser(year).feed_all(f)
+def parse_file(path: str | Path, year: int | None = None) -> Metrics:
+    """The metrics of a Caffe log file; a file that is no Caffe log raises :class:`RunError`."""
+    path = Path(path)
+    parser = LogParser(year)
+    try:
+        with open(path, errors="replace") as f:
+            metrics = parser.feed_all(f)
+    except FileNotFoundError:
+        raise RunError(f"{path} does not exist; give a Caffe log file (a run's caffe.log)") from None
+    except IsADirectoryError:
+        raise RunError(f"{path} is a directory; give a Caffe log file (a run's caffe.log)") from None
+    except OSError as e:
+        raise RunError(f"{path} cannot be read: {e.strerror}") from None
+    if parser.glog_lines == 0:
+        why = "it is empty" if path.stat().st_size == 0 else "it has no glog line (I0101 10:00:00.000000 ...)"
+        raise RunError(f"{path} is not a Caffe log: {why}")
+    return metrics

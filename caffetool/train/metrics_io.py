@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
+from typing import Any
 
+from caffetool.errors import RunError
+from caffetool.fsio import atomic_file, write_atomic
 from caffetool.train.logparse import Metrics
 
 FIRST = ["phase", "net", "NumIters", "Seconds", "LearningRate"]
@@ -23,12 +25,10 @@ def rows(metrics: Metrics) -> list[dict]:
 def write_csv(metrics: Metrics, path: Path) -> Path:
     table = rows(metrics)
     extra = sorted({k for row in table for k in row} - set(FIRST))
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_file(path, RunError) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIRST + extra)
         writer.writeheader()
         writer.writerows(table)
-    os.replace(tmp, path)
     return path
 
 
@@ -45,7 +45,7 @@ def as_json(metrics: Metrics) -> dict:
     }
 
 
-def _finite(value):
+def _finite(value: Any) -> Any:
     """NaN and infinities are not JSON: a diverged loss is written as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -57,7 +57,5 @@ def _finite(value):
 
 
 def write_json(metrics: Metrics, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_finite(as_json(metrics)), indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(_finite(as_json(metrics)), indent=1, allow_nan=False) + "\n", RunError)
     return path

@@ -3,15 +3,11 @@ against seconds, and the learning rate against iterations."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
-
-from caffetool.train.logparse import Metrics  # noqa: E402
+from caffetool.errors import RunError
+from caffetool.figures import plt, save_figure
+from caffetool.train.logparse import Metrics
 
 FILES = ("loss_accuracy_vs_iters.png", "loss_accuracy_vs_seconds.png", "lr_vs_iters.png")
 
@@ -22,7 +18,7 @@ def _series(rows: list[dict], x: str, y: str) -> tuple[list[float], list[float]]
 
 
 def _loss_accuracy(metrics: Metrics, x: str, xlabel: str, title: str, out: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100, layout="tight")
     ax.plot(*_series(metrics.train, x, "loss"), color="tab:blue", lw=1, label="train loss")
     for net, rows in sorted(metrics.test.items()):
         ax.plot(*_series(rows, x, "loss"), "o-", color="tab:orange", ms=3, label=f"test #{net} loss")
@@ -37,27 +33,18 @@ def _loss_accuracy(metrics: Metrics, x: str, xlabel: str, title: str, out: Path)
     lines = ax.get_legend_handles_labels()[0] + acc.get_legend_handles_labels()[0]
     ax.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize=8)
     ax.set_title(title)
-    _save(fig, out)
-
-
-def _save(fig, out: Path) -> None:
-    fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, out)
+    save_figure(fig, out, RunError)
 
 
 def write_plots(metrics: Metrics, folder: Path, title: str) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / name for name in FILES]
     _loss_accuracy(metrics, "NumIters", "iterations", title, paths[0])
     _loss_accuracy(metrics, "Seconds", "seconds", title, paths[1])
-    fig, ax = plt.subplots(figsize=(8, 3), dpi=100)
+    fig, ax = plt.subplots(figsize=(8, 3), dpi=100, layout="tight")
     ax.plot(*_series(metrics.train, "NumIters", "LearningRate"), color="tab:purple")
     ax.set_xlabel("iterations")
     ax.set_ylabel("learning rate")
     ax.grid(alpha=0.3)
     ax.set_title(title)
-    _save(fig, paths[2])
+    save_figure(fig, paths[2], RunError)
     return paths

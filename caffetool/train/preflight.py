@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from typing import Any
 
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
 from caffetool.memory import fit as fitting
 
-RESERVE = 400 * 2**20  # the seed's rule of thumb: CUDA context and fragmentation
+RESERVE = 400 * 2**20  # T. Dettmers' 2014 GPU advice: kept for the CUDA context and fragmentation
 
 
 def gpu_memory() -> list[int]:
@@ -25,7 +26,7 @@ def gpu_memory() -> list[int]:
     return [int(float(x)) * 2**20 for x in done.stdout.split()] if done.returncode == 0 else []
 
 
-def check(net, options: est.Options, capacities: list[int], reserve: int = RESERVE) -> int | None:
+def check(net: Any, options: est.Options, capacities: list[int], reserve: int = RESERVE) -> int | None:
     """Bytes the run needs per GPU; raises when the smallest of ``capacities`` cannot hold it."""
     if not capacities:
         return None

@@ -1,18 +1,17 @@
 """``train.report``: runs side by side — devices, iterations, wall time, speed, accuracy, speed-up.
 
-This is the seed's CPU-versus-GPU comparison made for any runs: the first run is the baseline of
-the speed-up column. The table is printed, and written as Markdown and as a PNG.
+This is the CPU-versus-GPU comparison of the 4 × M40 MNIST walkthrough, made for any runs: the
+first run is the baseline of the speed-up column. The table is printed, and written as Markdown
+and as a PNG.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from caffetool.errors import RunError
+from caffetool.figures import plt, save_figure
+from caffetool.fsio import write_atomic
 
 COLUMNS = ("run", "device(s)", "iterations", "wall time", "iter/s", "test accuracy", "test loss", "speed-up")
 
@@ -62,19 +61,13 @@ def markdown(cells: list[list[str]]) -> str:
 
 
 def write(cells: list[list[str]], out_dir: Path, stem: str) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / f"{stem}.md"
-    tmp = out_dir / f".{stem}.md.tmp"
-    tmp.write_text(markdown(cells))
-    os.replace(tmp, md)
+    write_atomic(md, markdown(cells), RunError)
     fig, ax = plt.subplots(figsize=(min(16, 2 + 1.6 * len(COLUMNS)), 0.6 + 0.45 * (len(cells) + 1)), dpi=100)
     ax.axis("off")
     t = ax.table(cellText=cells, colLabels=list(COLUMNS), loc="center", cellLoc="left")
     t.auto_set_font_size(False)
     t.set_fontsize(9)
     t.auto_set_column_width(list(range(len(COLUMNS))))
-    png = out_dir / f"{stem}.png"
-    fig.savefig(out_dir / f".{stem}.tmp.png", bbox_inches="tight")
-    plt.close(fig)
-    os.replace(out_dir / f".{stem}.tmp.png", png)
+    png = save_figure(fig, out_dir / f"{stem}.png", RunError, bbox_inches="tight")
     return md, png

@@ -9,38 +9,51 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from caffetool.errors import ConfigError
+from caffetool.errors import ConfigError, RunError
+from caffetool.fsio import write_atomic
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MANIFEST = "manifest.json"
 
 
 def claim(runs_dir: Path, name: str | None) -> Path:
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    """A new, empty run directory: ``runs_dir/name``, or a free timestamp name without ``name``."""
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunError(f"cannot create the runs directory {runs_dir} ({e.strerror}); "
+                       "choose another with --runs-dir or runs.dir") from e
     if name:
         if not NAME.match(name):
             raise ConfigError(f"--name {name!r} must be letters, digits, '.', '_' or '-' (no slashes)")
         path = runs_dir / name
-        try:
-            path.mkdir()
-        except FileExistsError:
+        if not _new_dir(path):
             raise ConfigError(f"run {path} already exists; choose another --name "
-                              f"(or `invoke train.resume {name}` to continue it)") from None
+                              f"(or `invoke train.resume {name}` to continue it)")
         return path
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for n in range(1, 1000):
         path = runs_dir / (stamp if n == 1 else f"{stamp}-{n}")
-        try:
-            path.mkdir()
+        if _new_dir(path):
             return path
-        except FileExistsError:
-            continue
-    raise ConfigError(f"could not find a free run name under {runs_dir}")
+    raise RunError(f"could not find a free run name under {runs_dir}")
+
+
+def _new_dir(path: Path) -> bool:
+    """Create ``path``; False when it exists already (``mkdir`` is the atomic claim)."""
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return False
+    except OSError as e:
+        raise RunError(f"cannot create run {path} ({e.strerror})") from e
+    return True
 
 
 def release(path: Path) -> None:
@@ -48,22 +61,34 @@ def release(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@contextmanager
+def released_on_failure(path: Path) -> Iterator[Path]:
+    """Remove the run at ``path`` if the block fails (Ctrl-C included): setup that never got Caffe
+    started leaves no run behind to be mistaken for one."""
+    try:
+        yield path
+    except BaseException:
+        release(path)
+        raise
+
+
 def find(runs_dir: Path, run: str) -> Path:
     """A run by name (under ``runs_dir``) or by path."""
     for candidate in (Path(run), runs_dir / run):
         if (candidate / MANIFEST).is_file():
             return candidate.absolute()
-    raise ConfigError(f"no run {run!r} (looked for {runs_dir / run}/{MANIFEST}); `ls {runs_dir}` lists the runs")
+    raise RunError(f"no run {run!r} (looked for {runs_dir / run}/{MANIFEST}); `ls {runs_dir}` lists the runs")
 
 
 def read_manifest(path: Path) -> dict:
     try:
-        return json.loads((path / MANIFEST).read_text())
+        manifest = json.loads((path / MANIFEST).read_text())
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{path / MANIFEST} is unreadable ({e})") from e
+        raise RunError(f"{path / MANIFEST} is unreadable ({e})") from e
+    if not isinstance(manifest, dict):
+        raise RunError(f"{path / MANIFEST} is not a run manifest (a JSON object)")
+    return manifest
 
 
 def write_manifest(path: Path, manifest: dict) -> None:
-    tmp = path / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    os.replace(tmp, path / MANIFEST)
+    write_atomic(path / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n", RunError)

@@ -1,33 +1,53 @@
 """Running the real ``caffe`` binary on a run directory, watched line by line.
 
-The binary runs in its own session with the run directory as working directory; its glog output
-goes to ``caffe.log`` unchanged and through the log parser, which drives a progress bar and the
-live metrics files. Three ways a run ends besides finishing:
+The binary runs in its own session (so a Ctrl-C at the terminal reaches only this process, which
+decides what Caffe gets) with the run directory as working directory; its glog output goes to
+``caffe.log`` unchanged and through the log parser, which drives the progress display and the
+live metrics files. A :class:`Supervisor` holds what is known of the Caffe it watches and what it
+has been asked; the ways a run ends besides finishing:
 
-* the loss turns NaN or infinite: Caffe is stopped at once (it would go on for nothing);
+* the loss turns NaN or infinite: Caffe is killed at once (it would go on for nothing);
 * Ctrl-C or SIGTERM: Caffe gets SIGINT, which ``-sigint_effect snapshot`` turns into a snapshot;
   once the snapshot is in the log, SIGHUP (``-sighup_effect stop``) ends the run cleanly, so it
   can be resumed from that snapshot (a second Ctrl-C stops at once);
-* Caffe dies (non-zero exit, glog FATAL): its FATAL line and last log lines are reported.
+* Caffe dies (non-zero exit, glog FATAL): its FATAL line and last log lines are reported;
+* ``caffe.log`` or the live metrics cannot be written (a full disk): Caffe is killed and the run
+  fails, naming the file and the reason;
+* this process dies without a chance to clean up (SIGKILL, the OOM killer): the kernel kills
+  Caffe too (``PR_SET_PDEATHSIG``), since nothing would read its log any more. The next command
+  that reads the run marks it interrupted (:mod:`caffetool.train.owner`).
+
+Progress is a tqdm bar where stderr is a terminal; elsewhere (CI, ``nohup``, a log file) it is a
+plain line on stdout every :data:`LINE_EVERY` of the run, since a bar is not drawn there at all.
 """
 
 from __future__ import annotations
 
+import ctypes
+import enum
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Protocol
 
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
+from caffetool.errors import CaffetoolError, RunError
+from caffetool.proc import exit_status
+from caffetool.train import snapshots
 from caffetool.train.logparse import LogParser, Metrics
 from caffetool.train.sampler import Sampler
 
 LOG = "caffe.log"
+LINE_EVERY = 0.05
+TAIL_LINES = 12
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -38,6 +58,23 @@ class RunOutcome:
     message: str
     samples: dict
     seconds: float
+
+
+class Phase(enum.Enum):
+    """Where a watched Caffe is: from set-up to the exit this process waits for."""
+
+    STARTING = "starting"  # building the nets; no iteration yet
+    TRAINING = "training"
+    SNAPSHOTTING = "snapshotting"  # asked for a snapshot (SIGINT); SIGHUP follows once it is logged
+    STOPPING = "stopping"  # asked to stop (SIGHUP) or killed; only its exit is awaited
+
+
+class Stop(enum.Enum):
+    """Why this process ended a run early; the value is the run's status."""
+
+    INTERRUPTED = "interrupted"
+    DIVERGED = "diverged"
+    FAILED = "failed"
 
 
 def caffe_train_argv(engine: EngineInfo, solver: str, gpu_flag: list[str], weights: str | None = None,
@@ -52,105 +89,298 @@ def caffe_train_argv(engine: EngineInfo, solver: str, gpu_flag: list[str], weigh
     return argv
 
 
+@dataclass
+class Supervisor:
+    """What is known of a running Caffe and what it has been asked; every signal it gets is sent here."""
+
+    process: subprocess.Popen[str]
+    parser: LogParser
+    phase: Phase = Phase.STARTING
+    stop: Stop | None = None
+    failure: str | None = None  # why this process failed the run (a file it could not write)
+    snapshots_before: int = 0
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.parser.metrics
+
+    def feed(self, line: str) -> None:
+        """One line of Caffe's output: parsed, and acted upon."""
+        self.tail.append(line.rstrip())
+        self.parser.feed(line)
+        m = self.metrics
+        if self.phase is Phase.STARTING and m.started is not None:
+            self.phase = Phase.TRAINING
+        if m.diverged_at is not None and self.stop is not Stop.DIVERGED:
+            self._end(Stop.DIVERGED)  # nothing worth saving after a NaN
+        elif self.phase is Phase.SNAPSHOTTING and len(m.snapshots) > self.snapshots_before \
+                and m.snapshots[-1].endswith(snapshots.STATE):
+            self.phase = Phase.STOPPING
+            self._signal(signal.SIGHUP)  # the snapshot is written: now stop
+
+    def interrupt(self) -> None:
+        """Ctrl-C or SIGTERM: the first asks for a snapshot and then a stop; the second stops at once."""
+        if self.phase in (Phase.STARTING, Phase.TRAINING):
+            self.stop, self.phase = Stop.INTERRUPTED, Phase.SNAPSHOTTING
+            self.snapshots_before = len(self.metrics.snapshots)
+            self._signal(signal.SIGINT)  # Caffe snapshots at its next iteration
+        elif self.phase is Phase.SNAPSHOTTING:
+            self.phase = Phase.STOPPING
+            self._signal(signal.SIGHUP)
+
+    def fail(self, why: str) -> None:
+        """This process cannot go on recording the run (``why`` says so): Caffe is killed."""
+        if self.failure is None:
+            self.failure = why
+            self._end(Stop.FAILED)
+
+    def outcome(self, code: int, samples: dict, seconds: float) -> RunOutcome:
+        """How the run ended, once Caffe has exited with ``code``."""
+        m = self.parser.feed_all([])  # the last row waits for a next line that will not come
+        if self.stop is Stop.DIVERGED:
+            good = f"; the last finite loss was at iteration {m.last_good}" if m.last_good is not None else ""
+            message = (f"the loss became NaN or infinite at iteration {m.diverged_at}{good}: training was "
+                       "stopped. Lower the learning rate (--base-lr) and retry.")
+            return RunOutcome(Stop.DIVERGED.value, code, m, message, samples, seconds)
+        if self.stop is Stop.FAILED:
+            message = (f"{self.failure}; Caffe was stopped at iteration {m.iteration}. Once that is "
+                       "fixed, continue with `invoke train.resume RUN`")
+            return RunOutcome(Stop.FAILED.value, code, m, message, samples, seconds)
+        if self.stop is Stop.INTERRUPTED:
+            snap = next((s for s in reversed(m.snapshots) if s.endswith(snapshots.STATE)), None)
+            at = snapshots.iteration_of(snap) if snap else None
+            where = f"snapshot {snap}" if snap else "no snapshot"
+            return RunOutcome(Stop.INTERRUPTED.value, code, m, f"interrupted at iteration "
+                              f"{m.iteration if at is None else at} ({where}); continue with "
+                              "`invoke train.resume RUN`", samples, seconds)
+        if code != 0 or m.fatal:
+            fatal = f"Caffe stopped: {m.fatal}" if m.fatal else f"caffe train ended ({exit_status(code)})"
+            return RunOutcome("failed", code, m, fatal + "\nlast log lines:\n  " + "\n  ".join(list(self.tail)[-6:]),
+                              samples, seconds)
+        return RunOutcome("finished", code, m, "finished", samples, seconds)
+
+    def _end(self, stop: Stop) -> None:
+        self.stop, self.phase = stop, Phase.STOPPING
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, sig)
+
+
 def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
-        on_update: Callable[[Metrics, bool], None] | None = None, update_every: float = 60.0,
+        on_update: Callable[[Metrics], None] | None = None, update_every: float = 60.0,
         parser: LogParser | None = None) -> RunOutcome:
-    """Run ``argv`` in ``run_dir``, appending to caffe.log; ``on_update(metrics, final)`` refreshes outputs."""
-    parser = parser or LogParser()
-    tail: deque[str] = deque(maxlen=12)
-    bar = _bar(max_iter) if progress else None
+    """Run ``argv`` in ``run_dir``, appending to caffe.log; ``on_update(metrics)`` refreshes live outputs.
+
+    Caffe is never left running when this returns or raises. The final outputs are the caller's
+    to write, after it has recorded the outcome.
+    """
     start = time.monotonic()
-    interrupted = diverged = stopping = False
-    snapshots_before = 0
-    last_update = start
-    tests_seen = 0
-    with open(run_dir / LOG, "a") as log:
-        process = subprocess.Popen(argv, cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, errors="replace", env=caffe_env(), start_new_session=True)
-        sampler = Sampler(process.pid)
-        sampler.start()
-        assert process.stdout is not None
-        while True:
-            try:
-                line = process.stdout.readline()
-                if not line:
-                    break
-                log.write(line)
-                tail.append(line.rstrip())
-                parser.feed(line)
-                m = parser.metrics
-                if m.diverged_at is not None and not diverged:
-                    diverged = True
-                    process.kill()  # nothing worth saving after a NaN
-                if interrupted and not stopping and len(m.snapshots) > snapshots_before and \
-                        m.snapshots[-1].endswith(".solverstate"):
-                    stopping = True
-                    _signal(process, signal.SIGHUP)  # snapshot written: now stop
-                if bar is not None:
-                    _show(bar, m)
-                tests = sum(len(r) for r in m.test.values())
-                now = time.monotonic()
-                if on_update and (tests != tests_seen and now - last_update >= update_every):
-                    tests_seen, last_update = tests, now
-                    on_update(m, False)
-            except KeyboardInterrupt:
-                if not interrupted:
-                    interrupted = True
-                    snapshots_before = len(parser.metrics.snapshots)
-                    _signal(process, signal.SIGINT)  # Caffe snapshots at its next iteration
-                elif not stopping:
-                    stopping = True
-                    _signal(process, signal.SIGHUP)  # asked twice: stop without waiting
-        code = process.wait()
+    try:
+        process = subprocess.Popen(argv, cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", env=caffe_env(), start_new_session=True,
+                                   preexec_fn=dies_with_parent())
+    except OSError as e:
+        raise RunError(f"could not start {argv[0]}: {e.strerror}") from None
+    supervisor = Supervisor(process, parser or LogParser())
+    sampler = Sampler(process.pid)
+    sampler.start()
+    shown = _progress(max_iter, supervisor.metrics.iteration) if progress else None
+    refresh = _Every(update_every, on_update)
+    try:
+        with _Log(run_dir / LOG, supervisor.fail) as log:
+            _watch(supervisor, log, shown, refresh)
+            code = _wait(supervisor)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
         samples = sampler.stop()
-    if bar is not None:
-        bar.close()
-    metrics = parser.feed_all([])
-    if on_update:
-        on_update(metrics, True)
-    return _outcome(code, metrics, interrupted, diverged, list(tail), samples, time.monotonic() - start)
+        if shown is not None:
+            shown.close()
+    return supervisor.outcome(code, samples, time.monotonic() - start)
 
 
-def _signal(process: subprocess.Popen, sig: int) -> None:
-    if process.poll() is None:
-        os.kill(process.pid, sig)
+def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _Every) -> None:
+    """Read Caffe's output to its end, logging, showing and acting on each line."""
+    stream = supervisor.process.stdout
+    assert stream is not None
+    while True:
+        try:
+            line = stream.readline()
+            if not line:
+                return
+            supervisor.feed(line)
+            log.write(line)
+            if shown is not None:
+                shown.show(supervisor.metrics)
+            if supervisor.failure is None:
+                refresh.maybe(supervisor.metrics, supervisor.fail)
+        except KeyboardInterrupt:
+            supervisor.interrupt()
 
 
-def _outcome(code: int, m: Metrics, interrupted: bool, diverged: bool, tail: list[str],
-             samples: dict, seconds: float) -> RunOutcome:
-    if diverged:
-        good = f"; the last finite loss was at iteration {m.last_good}" if m.last_good is not None else ""
-        return RunOutcome("diverged", code, m, f"the loss became NaN or infinite at iteration {m.diverged_at}"
-                          f"{good}: training was stopped. Lower the learning rate (--base-lr) and retry.",
-                          samples, seconds)
-    if interrupted:
-        snap = next((s for s in reversed(m.snapshots) if s.endswith(".solverstate")), None)
-        at = int(snap.rsplit("_iter_", 1)[1].split(".")[0]) if snap and "_iter_" in snap else m.iteration
-        where = f"snapshot {snap}" if snap else "no snapshot"
-        return RunOutcome("interrupted", code, m, f"interrupted at iteration {at} ({where}); "
-                          "continue with `invoke train.resume RUN`", samples, seconds)
-    if code != 0 or m.fatal:
-        fatal = f"Caffe stopped: {m.fatal}" if m.fatal else f"caffe exited with status {code}"
-        return RunOutcome("failed", code, m, fatal + "\nlast log lines:\n  " + "\n  ".join(tail[-6:]),
-                          samples, seconds)
-    return RunOutcome("finished", code, m, "finished", samples, seconds)
+def _wait(supervisor: Supervisor) -> int:
+    while True:
+        try:
+            return supervisor.process.wait()
+        except KeyboardInterrupt:
+            supervisor.interrupt()
 
 
-def _bar(total: int):
+def dies_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` that has the kernel SIGKILL the child when this process dies.
+
+    ``prctl`` is looked up before the fork, so the child only makes the call. A parent that died
+    between the fork and the call would never send the signal: the child then ends itself.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
+
+
+class _Log:
+    """caffe.log, appended line by line (so it is whole whenever this process dies); the first
+    failed write goes to ``failed`` and ends the logging."""
+
+    def __init__(self, path: Path, failed: Callable[[str], None]) -> None:
+        self.path = path
+        self.failed = failed
+        self.file: IO[str] | None = None
+
+    def __enter__(self) -> _Log:
+        try:
+            self.file = open(self.path, "a", buffering=1)
+        except OSError as e:
+            self.failed(f"cannot write {self.path}: {e.strerror}")
+        return self
+
+    def write(self, line: str) -> None:
+        if self.file is None:
+            return
+        try:
+            self.file.write(line)
+        except OSError as e:
+            self.failed(f"cannot write {self.path}: {e.strerror}")
+            self.__exit__()
+
+    def __exit__(self, *exc: object) -> None:
+        file, self.file = self.file, None
+        if file is not None:
+            try:
+                file.close()
+            except OSError:
+                pass  # the write that failed already said why
+
+
+class _Every:
+    """Calls ``on_update`` after each new test result, at most once per ``seconds``."""
+
+    def __init__(self, seconds: float, on_update: Callable[[Metrics], None] | None) -> None:
+        self.seconds = seconds
+        self.on_update = on_update
+        self.tests = 0
+        self.last = time.monotonic()
+
+    def maybe(self, m: Metrics, failed: Callable[[str], None]) -> None:
+        tests = sum(len(rows) for rows in m.test.values())
+        now = time.monotonic()
+        if self.on_update is None or tests == self.tests or now - self.last < self.seconds:
+            return
+        self.tests, self.last = tests, now
+        try:
+            self.on_update(m)
+        except CaffetoolError as e:
+            failed(str(e))
+
+
+class Progress(Protocol):
+    def show(self, m: Metrics) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _progress(total: int, done: int) -> Progress:
+    """A bar where stderr is a terminal, progress lines on stdout elsewhere."""
+    return _Bar(total) if sys.stderr.isatty() else ProgressLines(total, done)
+
+
+class _Bar:
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm  # noqa: PLC0415
+
+        self.bar = tqdm(total=total, unit="it", desc="caffe train", dynamic_ncols=True)
+
+    def show(self, m: Metrics) -> None:
+        if m.iteration > self.bar.n:
+            self.bar.update(m.iteration - self.bar.n)
+        post = {}
+        if (loss := m.latest("loss", -1)) is not None:
+            post["loss"] = f"{loss:.4f}"
+        if m.train and m.train[-1].get("LearningRate") is not None:
+            post["lr"] = f"{m.train[-1]['LearningRate']:.2e}"
+        if (acc := m.latest("accuracy")) is not None:
+            post["test acc"] = f"{acc:.4f}"
+        if post:
+            self.bar.set_postfix(post, refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class ProgressLines:
+    """A line each time the run passes another ``every`` of ``total`` iterations, flushed at once:
+    ``iteration 500/10000 (5%): loss 0.4321, test accuracy 0.8123, 46.1 it/s, ETA 03:26``.
+
+    The rate counts from the first iteration this process saw (tests included, so the ETA holds);
+    a resumed run starts counting where it resumed.
+    """
+
+    def __init__(self, total: int, done: int = 0, every: float = LINE_EVERY, out: IO[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = max(total, 1)
+        self.step = max(1, round(self.total * every))
+        self.next = (done // self.step + 1) * self.step
+        self.out = out
+        self.clock = clock
+        self.first: tuple[int, float] | None = None
+
+    def show(self, m: Metrics) -> None:
+        now = self.clock()
+        if self.first is None and m.train:
+            self.first = (m.iteration, now)
+        if m.iteration < self.next or self.first is None:
+            return
+        self.next = (m.iteration // self.step + 1) * self.step
+        print(self.line(m, now), file=self.out or sys.stdout, flush=True)
+
+    def line(self, m: Metrics, now: float) -> str:
+        head = f"iteration {m.iteration}/{self.total} ({m.iteration / self.total:.0%})"
+        details = []
+        if (loss := m.latest("loss", -1)) is not None:
+            details.append(f"loss {loss:.4f}")
+        if (acc := m.latest("accuracy")) is not None:
+            details.append(f"test accuracy {acc:.4f}")
+        assert self.first is not None
+        iterations, seconds = m.iteration - self.first[0], now - self.first[1]
+        if iterations > 0 and seconds > 0:
+            rate = iterations / seconds
+            details.append(f"{rate:.1f} it/s, ETA {_interval(max(0, self.total - m.iteration) / rate)}")
+        return head + (": " + ", ".join(details) if details else "")
+
+    def close(self) -> None:
+        pass
+
+
+def _interval(seconds: float) -> str:
     from tqdm import tqdm  # noqa: PLC0415
 
-    return tqdm(total=total, unit="it", desc="caffe train", dynamic_ncols=True, disable=None)  # off unless a TTY
-
-
-def _show(bar, m: Metrics) -> None:
-    if m.iteration > bar.n:
-        bar.update(m.iteration - bar.n)
-    post = {}
-    if (loss := m.latest("loss", -1)) is not None:
-        post["loss"] = f"{loss:.4f}"
-    if m.train and m.train[-1].get("LearningRate") is not None:
-        post["lr"] = f"{m.train[-1]['LearningRate']:.2e}"
-    if (acc := m.latest("accuracy")) is not None:
-        post["test acc"] = f"{acc:.4f}"
-    if post:
-        bar.set_postfix(post, refresh=False)
+    return tqdm.format_interval(seconds)

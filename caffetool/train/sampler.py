@@ -7,6 +7,7 @@ On the CPU: the process's CPU percentage and resident memory (psutil). With NVID
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import psutil
 
@@ -62,7 +63,7 @@ def _nvml_handles() -> list:
         return []
 
 
-def _nvml_sample(handle) -> tuple[float, float]:
+def _nvml_sample(handle: Any) -> tuple[float, float]:
     import pynvml  # noqa: PLC0415
 
     return (float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),

@@ -1,8 +1,10 @@
-"""``invoke train`` and ``train.resume``: a run directory from setup to its complete record.
+"""``invoke train``, ``train.resume`` and ``train.test``: a run directory from setup to its complete record.
 
 Setup reuses the data and model layers (a missing data set is fetched, the three prototxt files
 are generated and validated into the run directory); then the runner trains, and the manifest,
-``metrics.csv``/``metrics.json`` and ``plots/`` are written — during the run and at its end.
+``metrics.csv``/``metrics.json`` and ``plots/`` are written — during the run and at its end, the
+manifest first, so the outcome is on record even when the disk is too full for the rest. While
+the run trains, its manifest names this process as the owner (:mod:`caffetool.train.owner`).
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import caffetool
+from caffetool import fsio
 from caffetool.data import fetch, layout, registry
-from caffetool.engine import EngineInfo
-from caffetool.errors import CaffetoolError, ConfigError
+from caffetool.engine import EngineInfo, import_caffe
+from caffetool.errors import CaffeRefused, ConfigError, RunError
 from caffetool.nets import generate, model as models, prototxt, solver as solvers
-from caffetool.train import devices, metrics_io, rundir, runner
+from caffetool.train import caffe_commands, devices, metrics_io, owner, rundir, runner, snapshots
 from caffetool.train.logparse import LogParser, Metrics, parse_file
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
@@ -50,6 +55,14 @@ class TrainResult:
     run_dir: Path
     outcome: runner.RunOutcome
     manifest: dict
+    weights: Path | None = None  # the newest complete .caffemodel, for the summary
+
+
+@dataclass
+class TestRecord:
+    weights: Path
+    batches: int
+    outputs: dict[str, float]
 
 
 def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = print,
@@ -65,93 +78,118 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
     if req.weights and not Path(req.weights).is_file():
         raise ConfigError(f"--weights {req.weights} does not exist")
     dataset = fetch.fetch(spec, req.data_dir, say=say, progress=progress).dataset
-    run_dir = rundir.claim(Path(req.runs_dir).absolute(), req.name)
-    try:
+    caffe_pb2 = import_caffe(engine).proto.caffe_pb2
+    with rundir.released_on_failure(rundir.claim(Path(req.runs_dir).absolute(), req.name)) as run_dir:
         # Caffe validates the files as the first step of the run (see _train_and_record).
         generated = generate.generate(engine, model, dataset, run_dir, options, req.batch, req.test_batch,
                                       validate=False)
         shutil.copyfile(dataset.labels_file, run_dir / layout.LABELS)
-    except BaseException:
-        rundir.release(run_dir)  # Caffe never ran here: leave nothing behind
-        raise
-    solver_msg = prototxt.read(generated.files["solver.prototxt"], _solver_message(engine))
-    if chosen.gpu:
-        try:
-            _preflight(engine, generated.files["train_val.prototxt"], model, dataset, options)
-        except BaseException:
-            rundir.release(run_dir)
-            raise
-    manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started)
-    argv = runner.caffe_train_argv(engine, "solver.prototxt", chosen.flag,
-                                   str(Path(req.weights).absolute()) if req.weights else None)
-    manifest["caffe_command"] = argv
-    manifest["solver"] = {"type": options.type, "max_iter": solver_msg.max_iter,
-                          "base_lr": solver_msg.base_lr, "lr_policy": solver_msg.lr_policy}
-    manifest["timings_s"] = {"setup": round(time.monotonic() - t0, 3)}
-    rundir.write_manifest(run_dir, manifest)
+        solver_msg = prototxt.read(generated.files[generate.SOLVER], caffe_pb2.SolverParameter())
+        if chosen.gpu:
+            _preflight(caffe_pb2, generated.files[generate.TRAIN_VAL], dataset, options)
+        manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started)
+        argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
+                                       str(Path(req.weights).absolute()) if req.weights else None)
+        manifest["caffe_command"] = argv
+        manifest["solver"] = {"type": options.type, "max_iter": solver_msg.max_iter,
+                              "base_lr": solver_msg.base_lr, "lr_policy": solver_msg.lr_policy}
+        manifest["timings_s"] = {"setup": round(time.monotonic() - t0, 3)}
+        owner.take(run_dir, manifest)
+        rundir.write_manifest(run_dir, manifest)
     say(f"run {run_dir.name}: {model.name} on {dataset.name}, {solver_msg.max_iter} iterations, {chosen.label}")
-    result = _train_and_record(argv, run_dir, manifest, solver_msg.max_iter, progress, t0)
+    result = _train_and_record(argv, run_dir, manifest, solver_msg.max_iter, progress, t0, caffe_pb2, say)
     if result.outcome.status == "failed" and result.outcome.metrics.started is None:
         # Caffe refused the net before its first iteration: that is a validation failure, and
         # the run never started, so its directory goes.
         rundir.release(run_dir)
         fatal = result.outcome.metrics.fatal or result.outcome.message
-        raise ConfigError(f"Caffe refused the generated net: {fatal}")
+        raise CaffeRefused(f"Caffe refused the generated net: {fatal}")
     return result
 
 
-def _preflight(engine: EngineInfo, train_val: Path, model, dataset: layout.Dataset,
+def _preflight(caffe_pb2: ModuleType, train_val: Path, dataset: layout.Dataset,
                options: solvers.SolverOptions) -> None:
-    from caffetool.engine import import_caffe  # noqa: PLC0415
     from caffetool.memory import estimate as est  # noqa: PLC0415
     from caffetool.train import preflight  # noqa: PLC0415
 
-    net = prototxt.read(train_val, import_caffe(engine).proto.caffe_pb2.NetParameter())
+    net = prototxt.read(train_val, caffe_pb2.NetParameter())
     preflight.check(net, est.Options(solver=options.type, mode="gpu", input_shape=dataset.shape),
                     preflight.gpu_memory())
 
 
 def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progress: bool = True,
            say: Callable[[str], None] = print) -> TrainResult:
-    """Continue ``run_dir`` from its newest ``.solverstate``; output appends to caffe.log."""
+    """Continue ``run_dir`` from its newest complete snapshot; output appends to caffe.log.
+
+    A run left ``running`` by a process that is gone is taken over; one whose process still
+    trains it is refused.
+    """
     t0 = time.monotonic()
-    manifest = rundir.read_manifest(run_dir)
-    state = newest_solverstate(run_dir)
-    if state is None:
-        raise ConfigError(f"{run_dir} has no .solverstate snapshot to resume from")
-    solver_file = run_dir / "solver.prototxt"
-    msg = prototxt.read(solver_file, _solver_message(engine))
+    manifest = owner.settle(run_dir)
+    owner.take(run_dir, manifest)
+    caffe_pb2 = import_caffe(engine).proto.caffe_pb2
+    solver_file = run_dir / generate.SOLVER
+    msg = prototxt.read(solver_file, caffe_pb2.SolverParameter())
+    start = snapshots.newest_complete(run_dir, caffe_pb2, msg.type or "SGD",
+                                      skipped=lambda snap, why: say(f"not resuming from {snap.name}: {why}"))
+    if start is None or start.state is None:
+        raise RunError(f"{run_dir} has no complete .solverstate snapshot to resume from")
     if max_iter is not None:
         msg.max_iter = max_iter
-        prototxt.write_atomic(solver_file, prototxt.to_text(msg))
+        fsio.write_atomic(solver_file, prototxt.to_text(msg), RunError)
     chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
-    argv = runner.caffe_train_argv(engine, "solver.prototxt", chosen.flag, snapshot=str(state.relative_to(run_dir)))
-    manifest.setdefault("resumes", []).append({"at": _now(), "from": str(state.relative_to(run_dir)),
-                                                "max_iter": msg.max_iter, "caffe_command": argv})
-    say(f"resuming {run_dir.name} from {state.name} up to iteration {msg.max_iter}")
-    return _train_and_record(argv, run_dir, manifest, msg.max_iter, progress, t0, resumed=True)
+    state = str(start.state.relative_to(run_dir))
+    argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag, snapshot=state)
+    manifest.setdefault("resumes", []).append({"at": _now(), "from": state, "max_iter": msg.max_iter,
+                                                "caffe_command": argv})
+    say(f"resuming {run_dir.name} from {start.state.name} up to iteration {msg.max_iter}")
+    return _train_and_record(argv, run_dir, manifest, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True)
+
+
+def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
+         batches: int | None = None) -> TestRecord:
+    """``caffe test`` on a run's newest complete weights (or ``weights``), recorded in its manifest.
+
+    ``batches`` defaults to the solver's ``test_iter``, the number the run itself was tested on.
+    """
+    manifest = owner.settle(run_dir)
+    caffe_pb2 = import_caffe(engine).proto.caffe_pb2
+    chosen_weights = Path(weights) if weights else snapshots.newest_weights(run_dir, caffe_pb2)
+    if chosen_weights is None:
+        raise RunError(f"{run_dir} has no .caffemodel yet; give --weights FILE")
+    solver = prototxt.read(run_dir / generate.SOLVER, caffe_pb2.SolverParameter())
+    n = batches or solver.test_iter[0]
+    chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
+    result = caffe_commands.caffe_test(engine, run_dir, chosen_weights.absolute(), n, chosen.flag)
+    manifest.setdefault("tests", []).append({"at": dt.datetime.now().isoformat(timespec="seconds"),
+                                             "weights": str(chosen_weights), "batches": n, "outputs": result.outputs})
+    rundir.write_manifest(run_dir, manifest)
+    return TestRecord(chosen_weights, n, result.outputs)
 
 
 def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: int, progress: bool,
-                      t0: float, resumed: bool = False) -> TrainResult:
+                      t0: float, caffe_pb2: ModuleType, say: Callable[[str], None],
+                      resumed: bool = False) -> TrainResult:
     parser = LogParser()
     if resumed and (run_dir / runner.LOG).exists():
         with open(run_dir / runner.LOG, errors="replace") as f:
             for line in f:
                 parser.feed(line)
+        parser.metrics.fatal = parser.metrics.diverged_at = None  # how an earlier session ended is not this one's
     manifest["status"] = "running"
     rundir.write_manifest(run_dir, manifest)
-    title = f"{run_dir.name}: {manifest['model']} on {manifest['dataset']['name']}"
-
-    def refresh(metrics: Metrics, final: bool) -> None:
-        metrics_io.write_csv(metrics, run_dir / "metrics.csv")
-        metrics_io.write_json(metrics, run_dir / "metrics.json")
-        if metrics.train or metrics.test:
-            from caffetool.train import plots  # noqa: PLC0415 - matplotlib costs 0.3 s to import
-
-            plots.write_plots(metrics, run_dir / "plots", title)
-
-    outcome = runner.run(argv, run_dir, max_iter, progress, on_update=refresh, parser=parser)
+    owner.keep_room(run_dir)
+    title = f"{run_dir.name}: {manifest.get('model', 'net')} on {manifest.get('dataset', {}).get('name', 'its data')}"
+    try:
+        outcome = runner.run(argv, run_dir, max_iter, progress, parser=parser,
+                             on_update=lambda metrics: _write_outputs(metrics, run_dir, title))
+    except RunError as e:  # Caffe could not even start
+        owner.give_back_room(run_dir)
+        manifest.update(status="failed", exit_code=None, message=str(e), ended_at=_now())
+        rundir.write_manifest(run_dir, manifest)
+        raise
+    finally:
+        owner.give_back_room(run_dir)
     m = outcome.metrics
     manifest.update(
         status=outcome.status, exit_code=outcome.exit_code, message=outcome.message, ended_at=_now(),
@@ -167,10 +205,24 @@ def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: 
     if m.started and m.last_time:
         manifest["timings_s"]["solving"] = round((m.last_time - m.started).total_seconds(), 3)
     rundir.write_manifest(run_dir, manifest)
-    return TrainResult(run_dir, outcome, manifest)
+    try:
+        _write_outputs(m, run_dir, title)
+    except RunError as e:
+        say(f"the run's outcome is recorded, but not its metrics and plots: {e}")
+    return TrainResult(run_dir, outcome, manifest, snapshots.newest_weights(run_dir, caffe_pb2))
 
 
-def _final(m: Metrics) -> dict:
+def _write_outputs(metrics: Metrics, run_dir: Path, title: str) -> None:
+    """metrics.csv, metrics.json and the plots, from what the log has shown so far."""
+    metrics_io.write_csv(metrics, run_dir / "metrics.csv")
+    metrics_io.write_json(metrics, run_dir / "metrics.json")
+    if metrics.train or metrics.test:
+        from caffetool.train import plots  # noqa: PLC0415 - matplotlib costs 0.3 s to import
+
+        plots.write_plots(metrics, run_dir / "plots", title)
+
+
+def _final(m: Metrics) -> dict[str, Any]:
     out = {"iteration": m.iteration, "train_loss": m.latest("loss", -1)}
     for net, rows in sorted(m.test.items()):
         if rows:
@@ -178,26 +230,8 @@ def _final(m: Metrics) -> dict:
     return out
 
 
-def newest_solverstate(run_dir: Path) -> Path | None:
-    states = list((run_dir / generate.SNAPSHOTS).glob("*.solverstate"))
-    return max(states, key=_iteration_of, default=None)
-
-
-def _iteration_of(path: Path) -> int:
-    try:
-        return int(path.stem.rsplit("_iter_", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def _solver_message(engine: EngineInfo):
-    from caffetool.engine import import_caffe  # noqa: PLC0415
-
-    return import_caffe(engine).proto.caffe_pb2.SolverParameter()
-
-
 def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dataset,
-              chosen: devices.Devices, started: str) -> dict:
+              chosen: devices.Devices, started: str) -> dict[str, Any]:
     return {
         "name": run_dir.name,
         "status": "setting-up",
@@ -214,7 +248,7 @@ def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dat
     }
 
 
-def _host(engine: EngineInfo) -> dict:
+def _host(engine: EngineInfo) -> dict[str, Any]:
     cpu = None
     try:
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
@@ -242,5 +276,5 @@ def reparse(run_dir: Path) -> Metrics:
     """Metrics of a run from its caffe.log (for reports and train.parse)."""
     log = run_dir / runner.LOG
     if not log.exists():
-        raise CaffetoolError(f"{log} does not exist")
+        raise RunError(f"{log} does not exist")
     return parse_file(log)
