@@ -470,33 +470,21 @@ def calibration_net(engine: str, layers: int, channels: int = 8, kernel: int = 3
 
 
 def memory_step(caffe: Path, work: Path, name: str, net: Path | None, env: dict, text: str | None = None) -> int:
-    """Peak device memory in use while ``caffe train`` builds the solver, tests once and steps once."""
+    """Peak device memory in use while ``caffe train`` builds the solver, tests once and steps once
+    (caffetool's ``memory.measure --mode gpu`` mechanism; the baseline is its one-layer net)."""
+    from caffetool.memory import gpumeasure
+
     folder = work / f"mem_{name}"
     folder.mkdir()
-    if net is None:  # the baseline: one InnerProduct, the same context, cuBLAS and cuDNN handles
-        (folder / "net.prototxt").write_text(text or (
-            'layer { name: "d" type: "DummyData" top: "d" top: "l" dummy_data_param { shape { dim: 1 dim: 2 } '
-            'shape { dim: 1 } } } layer { name: "ip" type: "InnerProduct" bottom: "d" top: "ip" '
-            'inner_product_param { num_output: 2 } } layer { name: "loss" type: "SoftmaxWithLoss" '
-            'bottom: "ip" bottom: "l" top: "loss" }'))
+    if net is None:
+        (folder / "net.prototxt").write_text(text or gpumeasure.BASELINE_NET)
         test = ""
     else:
         shutil.copyfile(net, folder / "net.prototxt")
         test = "test_iter: 1 test_interval: 1000 test_initialization: true "
     (folder / "solver.prototxt").write_text(f'net: "net.prototxt" {test}base_lr: 0.001 lr_policy: "fixed" '
                                             'momentum: 0.9 max_iter: 1 snapshot_after_train: false solver_mode: GPU')
-    sampler = Sampler(0.002)
-    idle = sampler.memory_used()
-    sampler.start()
-    with open(folder / "caffe.log", "w") as log:
-        done = subprocess.run([str(caffe), "train", "-solver=solver.prototxt", "-gpu", "0"], cwd=folder,
-                              stderr=log, stdout=subprocess.DEVNULL, env=env)
-    sampler.finish()
-    if done.returncode != 0:
-        lines = (folder / "caffe.log").read_text(errors="replace").splitlines()
-        fatal = [line.split("] ", 1)[-1] for line in lines if line.startswith("F") or "Check failed" in line]
-        raise RuntimeError(f"caffe train exited {done.returncode}: {(fatal or lines[-1:] or ['no output'])[-1]}")
-    return max(sampler.used) - idle
+    return gpumeasure.peak_of_one_step(caffe, folder, 0, gpumeasure.nvml(), env)
 
 
 def make_lmdb(path: Path, records: int, shape: tuple[int, int, int], classes: int) -> None:

@@ -45,7 +45,7 @@ class ModelFiles:
 def from_run(run_dir: Path) -> ModelFiles:
     weights = snapshots.newest_weights(run_dir)
     if weights is None:
-        raise ConfigError(f"run {run_dir} has no .caffemodel yet; train it first (or give --weights)")
+        raise RunError(f"run {run_dir} has no .caffemodel yet; train it first (or give --weights)")
     white = None
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())

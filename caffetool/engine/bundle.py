@@ -32,6 +32,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -380,13 +381,13 @@ def _sibling_sha256(bundle: str) -> str:
     where = bundle + ".sha256"
     try:
         if "://" in bundle:
-            import urllib.request  # noqa: PLC0415
+            from caffetool.download import download  # noqa: PLC0415
 
-            with urllib.request.urlopen(where, timeout=30) as response:
-                text = response.read(4096).decode("ascii", "replace")
+            with tempfile.TemporaryDirectory(prefix="caffetool-sha256-") as tmp:
+                text = download(where, Path(tmp) / "sha256", progress=False).read_text("ascii", "replace")
         else:
-            text = Path(where).expanduser().read_text()
-    except (OSError, ValueError) as e:
+            text = Path(where).expanduser().read_text("ascii", "replace")
+    except (OSError, ValueError, SourceError) as e:
         raise SourceError(f"no checksum for {bundle}: {where} cannot be read ({e}); pass --sha256 DIGEST") from e
     digest = text.split()[0] if text.split() else ""
     if len(digest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digest):

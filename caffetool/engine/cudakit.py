@@ -16,6 +16,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from caffetool import fsio
 from caffetool.errors import BuildError
 from caffetool.proc import run_checked
 
@@ -54,29 +55,26 @@ def assemble(out: Path, wheels_dir: Path) -> Path:
     wheels_dir.mkdir(parents=True, exist_ok=True)
     run_checked([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels_dir, *WHEELS],
                 what="pip download of the CUDA library wheels", error=BuildError)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "include").mkdir(parents=True)
-    (tmp / "lib64").mkdir()
-    for name in ("bin", "nvvm"):
-        if (root / name).exists():
-            os.symlink(root / name, tmp / name)
-    _link_children(root / "include", tmp / "include")
-    _link_children(root / "lib64", tmp / "lib64")
-    for wheel in sorted(wheels_dir.glob("nvidia_*.whl")):
-        unpacked = tmp / "wheels" / wheel.stem.split("-")[0]
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(unpacked)
-        for package in (unpacked / "nvidia").iterdir():
-            _link_children(package / "include", tmp / "include")
-            _link_children(package / "lib", tmp / "lib64")
-    for lib in list((tmp / "lib64").glob("*.so.*")):  # libcublas.so.13 -> libcublas.so
-        plain = tmp / "lib64" / (lib.name.split(".so.")[0] + ".so")
-        if not plain.exists():
-            os.symlink(lib.name, plain)
-    (tmp / ".complete").write_text(" ".join(WHEELS) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    os.rename(tmp, out)
+    with fsio.staged_dir(out) as tmp:
+        (tmp / "include").mkdir()
+        (tmp / "lib64").mkdir()
+        for name in ("bin", "nvvm"):
+            if (root / name).exists():
+                os.symlink(root / name, tmp / name)
+        _link_children(root / "include", tmp / "include")
+        _link_children(root / "lib64", tmp / "lib64")
+        for wheel in sorted(wheels_dir.glob("nvidia_*.whl")):
+            unpacked = tmp / "wheels" / wheel.stem.split("-")[0]
+            with zipfile.ZipFile(wheel) as z:
+                z.extractall(unpacked)
+            for package in (unpacked / "nvidia").iterdir():
+                _link_children(package / "include", tmp / "include")
+                _link_children(package / "lib", tmp / "lib64")
+        for lib in list((tmp / "lib64").glob("*.so.*")):  # libcublas.so.13 -> libcublas.so
+            plain = tmp / "lib64" / (lib.name.split(".so.")[0] + ".so")
+            if not plain.exists():
+                os.symlink(lib.name, plain)
+        (tmp / ".complete").write_text(" ".join(WHEELS) + "\n")
     return out
 
 

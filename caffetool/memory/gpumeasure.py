@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 from caffetool.errors import ConfigError, RunError, SystemDependencyError
-from caffetool.proc import last_lines
+from caffetool.proc import exit_status, last_lines
 
 PERIOD_S = 0.002
 BASELINE_NET = (
@@ -106,7 +106,7 @@ def peak_of_one_step(caffe: Path, folder: Path, gpu: int, binding: ModuleType, e
                                   cwd=folder, stdout=subprocess.DEVNULL, stderr=out, env=env)
     if done.returncode != 0:
         why = last_lines(log.read_text(errors="replace"), 1)
-        raise RunError(f"caffe train on GPU {gpu} exited {done.returncode}: {why} (log: {log})")
+        raise RunError(f"caffe train on GPU {gpu} ended ({exit_status(done.returncode)}): {why}")
     return max(sampler.samples, default=idle) - idle
 
 

@@ -11,7 +11,7 @@ from caffetool.demo import classifier as demo_classifier
 from caffetool.engine import locate
 from caffetool.errors import ConfigError, ImageError, RunError
 from caffetool.tasks._common import pick, task
-from caffetool.train import rundir
+from caffetool.train import rundir, snapshots
 
 MODEL_HELP = {
     "run": "run name or directory (default: the newest run)", "deploy": "deploy.prototxt (instead of --run)",
@@ -44,10 +44,11 @@ def model_files(c: Context, run: str | None, deploy: str | None, weights: str | 
 
 def newest_run(runs_root: Path) -> Path:
     """The run whose newest .caffemodel is the most recent."""
-    runs = [p for p in runs_root.glob("*/snapshots/*.caffemodel")]
-    if not runs:
+    trained = [(weights.stat().st_mtime, run) for run in sorted(runs_root.glob("*/"))
+               if (weights := snapshots.newest_weights(run)) is not None]
+    if not trained:
         raise RunError(f"no trained run in {runs_root} — run `invoke train` first, or pass --deploy/--weights/--labels")
-    return max(runs, key=lambda p: p.stat().st_mtime).parent.parent
+    return max(trained, key=lambda pair: pair[0])[1]
 
 
 @task(help={**MODEL_HELP, "host": "address to bind (127.0.0.1: this machine only)",
