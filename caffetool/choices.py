@@ -1,6 +1,6 @@
 """What a user typed, turned into a value the library can use — or one ``ConfigError`` that says why not.
 
-Four kinds of value come in as text: one of a fixed set of names (``--solver adam``, ``--mode GPU``),
+Four kinds of value come in as text: one of a fixed set of names (``--type adam``, ``--mode GPU``),
 a number (``--base-lr 0.01``, ``--max-iter 500``, ``--port 8080``), a place (``--data-dir``,
 ``--plot FILE``, ``--images FILE``) and words for another command (``--args "-k engine"``). All are
 checked here, once, so every flag refuses bad input with the same wording, names the flag, and
@@ -34,7 +34,7 @@ INT32_MAX = 2**31 - 1  # Caffe's int32/uint32 protobuf fields and its blob size 
 def choose(value: str, options: Iterable[str], flag: str, also: str = "") -> str:
     """The canonical spelling of ``value`` among ``options``, ignoring case.
 
-    ``flag`` is how the user named the option (``--solver``, or ``--dataset`` for a data set), so the
+    ``flag`` is how the user named the option (``--type``, or ``--dataset`` for a data set), so the
     refusal can point at what to change and list what would have been accepted; ``also`` names
     another way out ("or give --gpu-memory 12GiB").
     """

@@ -23,7 +23,7 @@ PREFIX = re.compile(
     r"^(?P<severity>[IWEF])(?P<date>\d{8}|\d{4}) (?P<hour>\d\d):(?P<minute>\d\d):(?P<second>\d\d)\.(?P<fraction>\d+)"
     r" +(?P<thread>\d+) (?P<where>[^\]\s]+)\] ?(?P<message>.*?)\s*$")
 # The solver's display line; the rate in parentheses appears in Caffe versions since 2017.
-ITERATION = re.compile(r"^Iteration (\d+)(?: \(([-+.\deE]+|inf|nan) iter/s, [^)]*\))?, loss = (\S+)$")
+ITERATION = re.compile(r"^Iteration (\d+)(?: \(([-+.\deE]+|[-+]?(?:inf|nan)) iter/s, [^)]*\))?, loss = (\S+)$")
 FATAL = "F"
 
 

@@ -15,13 +15,13 @@ from caffetool.nets import solver
 @pytest.mark.parametrize("typed,canonical", [("adam", "Adam"), ("ADAM", "Adam"), ("Adam", "Adam"),
                                              ("nesterov", "Nesterov"), ("rmsprop", "RMSProp"), (" sgd ", "SGD")])
 def test_choose_ignores_case_and_returns_the_canonical_spelling(typed, canonical):
-    assert choose(typed, solver.SOLVER_TYPES, "--solver") == canonical
+    assert choose(typed, solver.SOLVER_TYPES, "--type") == canonical
 
 
 def test_choose_names_the_flag_and_lists_the_options():
     with pytest.raises(ConfigError) as err:
-        choose("adm", solver.SOLVER_TYPES, "--solver")
-    assert str(err.value) == "unknown --solver 'adm'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"
+        choose("adm", solver.SOLVER_TYPES, "--type")
+    assert str(err.value) == "unknown --type 'adm'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"
 
 
 def test_solver_options_store_caffes_spelling():

@@ -11,7 +11,7 @@ import pytest
 
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import RunError
-from caffetool.train.logparse import LogParser, parse_file
+from caffetool.train.logparse import LogParser, outputs, parse_file
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -188,3 +188,43 @@ def test_the_parse_task_with_a_file_as_out_folder_says_error(two_test_nets_log, 
     assert done.returncode == 1 and "Traceback" not in done.stderr
     csv = blocker / "caffe.metrics.csv"
     assert done.stderr.startswith(f"Error: cannot write {csv}: {blocker} is a file, not a folder")
+
+
+def test_the_first_display_line_counts_whatever_its_rate_says():
+    """Caffe computes the first rate of a session from an unset counter: "-nan", or any number."""
+    m = feed(["I20260101 10:00:00.000000 7 s.cpp:1] Solving X",
+              "I20260101 10:00:01.000000 7 s.cpp:1] Iteration 0 (-nan iter/s, 0.149s/10 iters), loss = 2",
+              "I20260101 10:00:02.000000 7 s.cpp:1] Iteration 10 (10.5 iter/s, 0.95s/10 iters), loss = 1",
+              "I20260101 10:00:03.000000 7 s.cpp:1] Solving X",
+              "I20260101 10:00:04.000000 7 s.cpp:1] Iteration 10 (-6.1e+16 iter/s, 0.1s/10 iters), loss = 1",
+              "I20260101 10:00:05.000000 7 s.cpp:1] Iteration 20 (inf iter/s, 0s/10 iters), loss = 0.5"]).metrics
+    assert [(r["NumIters"], r.get("iter_per_s")) for r in m.train] == [(0, None), (10, 10.5), (10, None),
+                                                                      (20, float("inf"))]
+
+
+def test_any_outputs_of_any_number_of_test_nets_are_kept():
+    m = feed(["I20260101 10:00:00.000000 7 s.cpp:1] Solving X",
+              "I20260101 10:00:01.000000 7 s.cpp:1] Iteration 0, Testing net (#0)",
+              "I20260101 10:00:01.000000 7 s.cpp:1] Test loss: 968.062",
+              "I20260101 10:00:01.000000 7 s.cpp:1]     Test net output #0: cross_entropy_loss = 968.062 (* 1 = 968.062 loss)",
+              "I20260101 10:00:01.000000 7 s.cpp:1]     Test net output #1: l2_error = 114.274",
+              "I20260101 10:00:02.000000 7 s.cpp:1] Iteration 0, Testing net (#2)",
+              "I20260101 10:00:02.000000 7 s.cpp:1]     Test net output #0: top-5 = 0.5",
+              "I20260101 10:00:03.000000 7 s.cpp:1] Iteration 0, loss = 968.483",
+              "I20260101 10:00:03.000000 7 s.cpp:1]     Train net output #0: cross_entropy_loss = 968.483 (* 1 = 968.483 loss)",
+              "I20260101 10:00:03.000000 7 s.cpp:1]     Train net output #1: l2_error = 115.056"]).metrics
+    assert {net: [{k: v for k, v in r.items() if k != "Seconds"} for r in rows] for net, rows in m.test.items()} == {
+        0: [{"NumIters": 0, "LearningRate": None, "cross_entropy_loss": 968.062, "l2_error": 114.274}],
+        2: [{"NumIters": 0, "LearningRate": None, "top-5": 0.5}]}
+    assert m.train == [{"NumIters": 0, "Seconds": 3.0, "LearningRate": None, "smoothed_loss": 968.483,
+                        "cross_entropy_loss": 968.483, "l2_error": 115.056}]
+    assert outputs(m.train) == ["cross_entropy_loss", "l2_error"]
+
+
+def test_a_test_row_measured_after_the_log_goes_in_iteration_order_once():
+    m = feed(["I20260101 10:00:00.000000 7 s.cpp:1] Solving X",
+              "I20260101 10:00:01.000000 7 s.cpp:1] Iteration 20, Testing net (#0)",
+              "I20260101 10:00:01.000000 7 s.cpp:1]     Test net output #0: accuracy = 0.5"]).metrics
+    assert m.add_test(0, {"NumIters": 10, "accuracy": 0.4}) and m.add_test(0, {"NumIters": 30, "accuracy": 0.6})
+    assert not m.add_test(0, {"NumIters": 20, "accuracy": 0.9})
+    assert [(r["NumIters"], r["accuracy"]) for r in m.test[0]] == [(10, 0.4), (20, 0.5), (30, 0.6)]

@@ -194,7 +194,7 @@ def test_report_reproduces_the_published_rule_of_thumb_and_names_its_sources():
 
 
 def test_invalid_options_are_refused(caffe):
-    with pytest.raises(ConfigError, match="unknown --solver 'Lion'"):
+    with pytest.raises(ConfigError, match="unknown --type 'Lion'"):
         est.estimate(small(caffe), est.Options(solver="Lion"))
     with pytest.raises(ConfigError, match="--batch-size must be at least 1, got 0"):
         est.estimate(small(caffe), est.Options(batch=0))

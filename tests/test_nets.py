@@ -137,9 +137,9 @@ def test_all_models_build_and_train_matches_deploy(caffe, engine, fashion, big_i
     (dict(lr_policy="step"), "--lr-policy step needs --gamma and --stepsize"),
     (dict(lr_policy="step", gamma=0.1), "--lr-policy step needs --stepsize"),
     (dict(lr_policy="multistep", gamma=0.1), "--lr-policy multistep needs --stepvalue"),
-    (dict(type="Adam", momentum=0.0), "--solver Adam needs --momentum above 0 (Caffe's example uses 0.9)"),
-    (dict(type="AdaGrad", momentum=0.9), "--solver AdaGrad cannot use momentum (got --momentum 0.9)"),
-    (dict(type="Momentum"), "unknown --solver 'Momentum'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"),
+    (dict(type="Adam", momentum=0.0), "--type Adam needs --momentum above 0 (Caffe's example uses 0.9)"),
+    (dict(type="AdaGrad", momentum=0.9), "--type AdaGrad cannot use momentum (got --momentum 0.9)"),
+    (dict(type="Momentum"), "unknown --type 'Momentum'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"),
     (dict(base_lr=0.0), "--base-lr must be a learning rate above 0, got 0.0"),
     (dict(mode="tpu"), "unknown --mode 'tpu'; choose one of: cpu, gpu"),
 ])
@@ -159,13 +159,13 @@ def test_invalid_solver_values_are_refused(options, message):
     (dict(lr_policy="step", gamma="0.1", stepsize="0"), "--stepsize must be an iteration count from 1 to 2147483647, got 0"),
     (dict(lr_policy="multistep", gamma="0.1", stepvalue=["0", "10"]), "--stepvalue must be an iteration from 1 to 2147483647, got 0"),
     (dict(max_iter=str(2**31)), "--max-iter must be an iteration count from 1 to 2147483647, got 2147483648"),
-    (dict(solver="adam", momentum2="1.5"), "--momentum2 must be a decay factor from 0 to just below 1, got 1.5"),
-    (dict(solver="rmsprop", rms_decay="-0.1"), "--rms-decay must be a decay factor from 0 to just below 1, got -0.1"),
-    (dict(solver="adam", delta="0"), "--delta must be a stability term above 0, got 0.0"),
+    (dict(type="adam", momentum2="1.5"), "--momentum2 must be a decay factor from 0 to just below 1, got 1.5"),
+    (dict(type="rmsprop", rms_decay="-0.1"), "--rms-decay must be a decay factor from 0 to just below 1, got -0.1"),
+    (dict(type="adam", delta="0"), "--delta must be a stability term above 0, got 0.0"),
     (dict(random_seed="-3"), "--random-seed must be a seed from 0 to 9223372036854775807, got -3"),
     (dict(base_lr="abc"), "--base-lr 'abc' is not a number"),
     (dict(max_iter="1.5"), "--max-iter '1.5' is not a whole number"),
-    (dict(solver="adm"), "unknown --solver 'adm'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"),
+    (dict(type="adm"), "unknown --type 'adm'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"),
 ])
 def test_out_of_range_flags_are_refused_with_flag_value_and_range(flags, message):
     with pytest.raises(ConfigError) as err:
@@ -174,7 +174,7 @@ def test_out_of_range_flags_are_refused_with_flag_value_and_range(flags, message
 
 
 def test_flags_become_options_in_caffes_spelling():
-    options = solver.SolverOptions.from_flags(solver="adam", lr_policy="Step", gamma="0.5", stepsize="100",
+    options = solver.SolverOptions.from_flags(type="adam", lr_policy="Step", gamma="0.5", stepsize="100",
                                               iter_size="2", stepvalue=[], mode="GPU", max_iter=None)
     assert (options.type, options.lr_policy, options.mode, options.iter_size) == ("Adam", "step", "gpu", 2)
     assert (options.gamma, options.stepsize, options.max_iter) == (0.5, 100, None)

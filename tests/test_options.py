@@ -63,10 +63,10 @@ def test_generate_refuses_solver_values_before_writing(tmp_path):
 
 
 def test_names_are_taken_in_any_case(fashion_data, tmp_path):
-    done = invoke("model.generate", "--model", "lenet", "--dataset", "fashion-mnist", "--solver", "adam",
+    done = invoke("model.generate", "--model", "lenet", "--dataset", "fashion-mnist", "--type", "adam",
                   "--mode", "CPU", "--data-dir", str(fashion_data.path.parent), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert 'type: "Adam"' in (tmp_path / "out" / "solver.prototxt").read_text()
-    done = invoke("memory.estimate", "--model", "lenet", "--solver", "ADAM", "--phase", "Train", "--json")
+    done = invoke("memory.estimate", "--model", "lenet", "--type", "ADAM", "--phase", "Train", "--json")
     assert done.returncode == 0, done.stderr
     assert '"solver": "Adam"' in done.stdout

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from caffetool.train import runner
+from caffetool.train import progress, runner
 from caffetool.train.logparse import LogParser, Metrics
 
 # A stand-in for caffe's signal handling: it reports each signal it gets on stdout.
@@ -138,7 +138,7 @@ def metrics(iteration: int, loss: float = 0.5, accuracy: float | None = None) ->
 
 def test_progress_lines_every_five_percent():
     out, now = io.StringIO(), [0.0]
-    lines = runner.ProgressLines(1000, out=out, clock=lambda: now[0])
+    lines = progress.ProgressLines(1000, out=out, clock=lambda: now[0])
     for iteration in range(0, 1001, 20):
         now[0] = iteration / 50  # 50 it/s
         lines.show(metrics(iteration, accuracy=0.8 if iteration >= 500 else None))
@@ -151,7 +151,7 @@ def test_progress_lines_every_five_percent():
 
 def test_progress_lines_of_a_resumed_run_start_where_it_resumed():
     out, now = io.StringIO(), [0.0]
-    lines = runner.ProgressLines(200, done=140, out=out, clock=lambda: now[0])
+    lines = progress.ProgressLines(200, done=140, out=out, clock=lambda: now[0])
     lines.show(metrics(140))
     now[0] = 2.0
     lines.show(metrics(150))

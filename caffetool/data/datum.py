@@ -8,8 +8,10 @@ array assembled with slicing: the bytes are identical to protobuf's (the tests c
 the real converter's output and parse them with ``caffe_pb2``), at a fraction of the cost.
 
 Decoding has no such shortcut to earn its keep, so it is protobuf's own: whatever a database holds
-is read as Caffe reads it. Limits: only raw 8-bit pixels are decoded; ``float_data`` and
-``encoded`` (JPEG/PNG) records are refused by name.
+is read as Caffe reads it. Limits: only raw 8-bit pixels are decoded; ``float_data`` records are
+refused by name, and ``encoded`` (JPEG/PNG) ones too except through :func:`decode_any` (the mean
+image, which Caffe also computes on decoded images). :func:`encode` writes single records as
+``convert_imageset`` does (raw or encoded, any number of channels).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from caffetool.data import db
 from caffetool.errors import DataError
 
 CHANNELS, HEIGHT, WIDTH, DATA, LABEL = 1, 2, 3, 4, 5
+ENCODED = 7
+UINT64 = (1 << 64) - 1
 
 
 def varint(value: int) -> bytes:
@@ -52,6 +56,22 @@ def prefix(channels: int, height: int, width: int) -> bytes:
 
 def encode_one(pixels: bytes, label: int, channels: int, height: int, width: int) -> bytes:
     return prefix(channels, height, width) + pixels + _tag(LABEL, 0) + varint(label)
+
+
+def encode(data: bytes, label: int, encoded: bool, shape: tuple[int, int, int] | None = None) -> bytes:
+    """One Datum as ``convert_imageset`` serialises it, ``encoded`` flag included.
+
+    Raw pixels (``shape`` given, ``encoded`` False) come from Caffe's ``CVMatToDatum``, which sets
+    ``encoded: false`` explicitly, so the record ends ``38 00``; an encoded image (``shape`` None)
+    holds the file's or encoder's bytes, its label and ``encoded: true``. A negative label is the
+    ten-byte varint protobuf writes for a negative int32.
+    """
+    head = b""
+    if shape is not None:
+        channels, height, width = shape
+        head = _tag(CHANNELS, 0) + varint(channels) + _tag(HEIGHT, 0) + varint(height) + _tag(WIDTH, 0) + varint(width)
+    return (head + _tag(DATA, 2) + varint(len(data)) + data + _tag(LABEL, 0) + varint(label & UINT64)
+            + _tag(ENCODED, 0) + (b"\1" if encoded else b"\0"))
 
 
 def encode_chunk(pixels: memoryview | bytes, labels: bytes, n: int,
@@ -93,10 +113,40 @@ def decode(record: bytes, caffe_pb2: ModuleType) -> tuple[int, int, int, bytes, 
     return message.channels, message.height, message.width, message.data, message.label
 
 
-def read(path: Path, caffe_pb2: ModuleType) -> Iterator[tuple[int, int, int, bytes, int]]:
-    """The decoded records of the database at ``path``, in key order; a bad one names its key."""
+def decode_any(record: bytes, caffe_pb2: ModuleType) -> tuple[int, int, int, bytes, int]:
+    """As :func:`decode`, and an encoded image decoded as ``compute_image_mean`` does it.
+
+    Caffe's ``DecodeDatumNative`` keeps the image's own channels (``imdecode`` with ``-1``), then
+    lays the pixels out channel by channel; only 8-bit images are accepted, as Caffe's
+    ``CVMatToDatum`` checks.
+    """
+    message = caffe_pb2.Datum()
+    try:
+        message.ParseFromString(record)
+    except DecodeError as e:
+        raise DataError(f"a record is not a Caffe Datum ({e})") from e
+    if not message.encoded:
+        return decode(record, caffe_pb2)
+    import cv2  # noqa: PLC0415 - OpenCV only for encoded records
+    import numpy as np  # noqa: PLC0415
+
+    image = cv2.imdecode(np.frombuffer(message.data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if image is None:
+        raise DataError("a record's encoded image cannot be decoded")
+    if image.dtype != np.uint8:
+        raise DataError(f"a record's encoded image has {image.dtype} pixels; only 8-bit images are read")
+    planes = image.reshape(image.shape[0], image.shape[1], -1).transpose(2, 0, 1)
+    return planes.shape[0], planes.shape[1], planes.shape[2], planes.tobytes(), message.label
+
+
+def read(path: Path, caffe_pb2: ModuleType, encoded: bool = False) -> Iterator[tuple[int, int, int, bytes, int]]:
+    """The decoded records of the database at ``path``, in key order; a bad one names its key.
+
+    With ``encoded``, JPEG/PNG records are decoded too (:func:`decode_any`).
+    """
+    decoder = decode_any if encoded else decode
     for key, value in db.read(path):
         try:
-            yield decode(value, caffe_pb2)
+            yield decoder(value, caffe_pb2)
         except DataError as e:
             raise DataError(f"{path}: record {key.decode(errors='replace')}: {e}") from e

@@ -3,6 +3,8 @@
 Equal, byte for byte, to what Caffe's ``compute_image_mean`` writes: it sums pixels into a
 float blob one image at a time and divides by the count in float, so this does the same in
 float32, in the same order (exact sums for MNIST-sized sets, identical rounding otherwise).
+Any database works, raw or encoded: an encoded image is decoded with its own channels, as
+``compute_image_mean``'s ``DecodeDatumNative`` does; all images must share one shape.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def mean_image(path: Path, engine: EngineInfo) -> tuple[np.ndarray, int]:
     total: np.ndarray | None = None
     count = 0
     shape = None
-    for channels, height, width, data, _ in datum.read(path, import_caffe(engine).proto.caffe_pb2):
+    for channels, height, width, data, _ in datum.read(path, import_caffe(engine).proto.caffe_pb2, encoded=True):
         if total is None:
             shape = (channels, height, width)
             total = np.zeros(channels * height * width, dtype=np.float32)

@@ -59,10 +59,10 @@ class Options:
     test_net: bool = True  # training: count the solver's TEST net (its activations; weights shared)
 
     def __post_init__(self) -> None:
-        """Names in their canonical spelling (``--solver adam`` is Adam), so tables can be indexed by them."""
+        """Names in their canonical spelling (``--type adam`` is Adam), so tables can be indexed by them."""
         self.phase = choose(self.phase, PHASES, "--phase")
         self.mode = choose(self.mode, MODES, "--mode")
-        self.solver = choose(self.solver, HISTORY, "--solver")
+        self.solver = choose(self.solver, HISTORY, "--type")
         self.dtype = choose(self.dtype, DTYPES, "--dtype")
 
 

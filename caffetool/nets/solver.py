@@ -111,13 +111,13 @@ class SolverOptions:
     mode: str = "cpu"
 
     def __post_init__(self) -> None:
-        self.type = choose(self.type, SOLVER_TYPES, "--solver")
+        self.type = choose(self.type, SOLVER_TYPES, "--type")
         if self.lr_policy is not None:
             self.lr_policy = choose(self.lr_policy, LR_POLICIES, "--lr-policy")
         self.mode = choose(self.mode, MODES, "--mode")
 
     @classmethod
-    def from_flags(cls, solver: str | None = "SGD", lr_policy: str | None = None,
+    def from_flags(cls, type: str | None = "SGD", lr_policy: str | None = None,
                    stepvalue: list[object] | None = None, mode: str | None = "cpu",
                    **numbers: object) -> SolverOptions:
         """Options from command-line flags (text, or None when absent), checked in full.
@@ -129,7 +129,7 @@ class SolverOptions:
         if unknown:
             raise TypeError(f"not solver settings: {', '.join(unknown)}")
         given = {key: number(value, flag(key), LIMITS[key].kind) for key, value in numbers.items()}
-        options = cls(type=solver or "SGD", lr_policy=lr_policy or None, mode=mode or "cpu",
+        options = cls(type=type or "SGD", lr_policy=lr_policy or None, mode=mode or "cpu",
                       stepvalue=[number(v, "--stepvalue", int) for v in stepvalue or []],
                       **{key: value for key, value in given.items() if value is not None})
         settle(options)
@@ -138,7 +138,7 @@ class SolverOptions:
 
 def settle(options: SolverOptions) -> dict[str, object]:
     """The final settings: recipe < solver type's defaults < user's values; validated."""
-    solver_type = choose(options.type, SOLVER_TYPES, "--solver")
+    solver_type = choose(options.type, SOLVER_TYPES, "--type")
     settings = dict(LENET_RECIPE, **SOLVER_TYPES[solver_type])
     policy = choose(options.lr_policy or str(settings["lr_policy"]), LR_POLICIES, "--lr-policy")
     if policy != settings["lr_policy"]:
@@ -162,10 +162,10 @@ def _check_values(solver_type: str, s: dict, mode: str) -> None:
     _check_ranges(s)
     momentum = float(s.get("momentum", 0.0))
     if solver_type in NO_MOMENTUM and momentum != 0:
-        raise ConfigError(f"--solver {solver_type} cannot use momentum (got --momentum {momentum}); "
+        raise ConfigError(f"--type {solver_type} cannot use momentum (got --momentum {momentum}); "
                           "set --momentum 0 or choose SGD, Nesterov, AdaDelta or Adam")
     if solver_type in NEEDS_MOMENTUM and momentum == 0:
-        raise ConfigError(f"--solver {solver_type} needs --momentum above 0 "
+        raise ConfigError(f"--type {solver_type} needs --momentum above 0 "
                           f"(Caffe's example uses {SOLVER_TYPES[solver_type]['momentum']})")
     if s["lr_policy"] == "multistep" and list(s["stepvalue"]) != sorted(set(s["stepvalue"])):
         raise ConfigError(f"--stepvalue must be increasing, got {s['stepvalue']}")

@@ -1,12 +1,15 @@
-"""``invoke data.*``: fetch data sets into Caffe databases, inspect them, compute their mean."""
+"""``invoke data.*``: fetch data sets or convert your own images into Caffe databases, inspect them, compute means."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from invoke import Collection, Context
 
-from caffetool.choices import SECONDS, Limit, bounded, choose, input_file, writable_folder
+from caffetool.choices import SECONDS, Limit, bounded, choose, input_file, number, output_file, writable_folder
 from caffetool.data import convert as idx_convert
 from caffetool.data import fetch as data_fetch
+from caffetool.data import images as images_db
 from caffetool.data import layout, mean, registry
 from caffetool.engine import locate
 from caffetool.tasks._common import pick, task
@@ -64,17 +67,27 @@ def info(c: Context, dataset: str | None = None, data_dir: str | None = None, pe
     print(f"contact sheet: {out}")
 
 
-@task(name="mean", help={"dataset": DATASET_HELP, "data_dir": "where data sets are", "split": "train or test"})
-def mean_(c: Context, dataset: str | None = None, data_dir: str | None = None, split: str = "train") -> None:
-    """Write the data set's mean image as mean.binaryproto (as compute_image_mean does)."""
-    spec = registry.get(pick(dataset, c.data.dataset))
-    split = choose(split, SPLITS, "--split")
-    ds = layout.load(spec, writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
+@task(name="mean", help={"dataset": DATASET_HELP, "data_dir": "where data sets are", "split": "train or test",
+                         "db": "any LMDB or LevelDB instead of a data set's (raw or encoded images)",
+                         "out": "with --db: the .binaryproto to write (default: mean.binaryproto beside the database)"})
+def mean_(c: Context, dataset: str | None = None, data_dir: str | None = None, split: str = "train",
+          db: str | None = None, out: str | None = None) -> None:
+    """Write a mean image as mean.binaryproto (as compute_image_mean does)."""
     engine = locate(c.engine.prefix, probe=False)
-    image, count = mean.mean_image(ds.db(split), engine)
-    out = mean.write_binaryproto(image, ds.path / ("mean.binaryproto" if split == "train" else f"mean_{split}.binaryproto"),
-                                 engine)
-    print(f"mean of {count} {split} images (overall {image.mean():.3f}) written to {out}")
+    if db is not None:
+        source = Path(db).expanduser()
+        target = output_file(out, "--out") if out else source.absolute().parent / "mean.binaryproto"
+        what = "records"
+    else:
+        spec = registry.get(pick(dataset, c.data.dataset))
+        split = choose(split, SPLITS, "--split")
+        ds = layout.load(spec, writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
+        source = ds.db(split)
+        target = ds.path / ("mean.binaryproto" if split == "train" else f"mean_{split}.binaryproto")
+        what = f"{split} images"
+    image, count = mean.mean_image(source, engine)
+    written = mean.write_binaryproto(image, target, engine)
+    print(f"mean of {count} {what} (overall {image.mean():.3f}) written to {written}")
 
 
 @task(help={"images": "IDX images file (raw or .gz)", "labels": "IDX labels file (raw or .gz)",
@@ -86,4 +99,43 @@ def convert(c: Context, images: str, labels: str, out: str, backend: str = "lmdb
     print(f"{stats.count} images ({'x'.join(map(str, stats.shape))}) written to {out} as {backend}")
 
 
-ns = Collection("data", fetch, info, mean_, convert)
+@task(name="images", help={
+    "root": "folder of images: one sub-folder per class, or the folder a --list's paths start from",
+    "list": "Caffe's list file of `PATH LABEL` lines (paths relative to ROOT) instead of class folders",
+    "out": "data set folder to write (default: DATA_DIR/<ROOT's name>)",
+    "data_dir": "where data sets go when --out is not given (default: data.dir, ./data)",
+    "backend": "database format: lmdb or leveldb",
+    "resize_height": "resize every image to this height (with --resize-width), as convert_imageset does",
+    "resize_width": "resize every image to this width (with --resize-height)",
+    "gray": "read images as one gray channel",
+    "encoded": "store encoded images (the files' own bytes where they fit) instead of raw pixels",
+    "encode_type": f"re-encode every image as one of: {', '.join(images_db.ENCODE_TYPES)} (implies --encoded)",
+    "shuffle": "shuffle the list with --seed (saved as train.txt/test.txt beside the databases)",
+    "seed": "seed of --shuffle and --val-fraction (default 0)",
+    "val_fraction": "fraction of the images, chosen with --seed, written to test_<backend> (0 to 1)",
+    "strict": "refuse a file OpenCV cannot read instead of naming and skipping it",
+    "force": "replace the output folder if it exists",
+})
+def images(c: Context, root: str, list_: str | None = None, out: str | None = None, data_dir: str | None = None,
+           backend: str = "lmdb", resize_height: str = "0", resize_width: str = "0", gray: bool = False,
+           encoded: bool = False, encode_type: str = "", shuffle: bool = False, seed: str = "0",
+           val_fraction: str = "0", strict: bool = False, force: bool = False) -> None:
+    """Write your own images into Caffe databases, record for record as convert_imageset does."""
+    options = images_db.Options(number(resize_height, "--resize-height", int, minimum=0) or 0,
+                                number(resize_width, "--resize-width", int, minimum=0) or 0,
+                                gray, encoded, encode_type, backend)
+    fraction = number(val_fraction, "--val-fraction", minimum=0, maximum=1) or 0.0
+    folder = Path(root).expanduser()
+    target = (Path(out).expanduser() if out
+              else writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir") / folder.absolute().name)
+    result = images_db.build(folder, target.absolute(), options,
+                             list_file=input_file(list_, "--list") if list_ else None, shuffle=shuffle,
+                             seed=number(seed, "--seed", int, minimum=0) or 0, val_fraction=fraction,
+                             strict=strict, force=force, progress=True)
+    for name, split in result.splits.items():
+        skipped = f", {len(split.skipped)} skipped" if split.skipped else ""
+        print(f"{name}: {split.count} images{skipped} in {result.path / f'{name}_{options.backend}'}")
+    print(f"{len(result.classes)} classes in {result.path / layout.LABELS}")
+
+
+ns = Collection("data", fetch, info, mean_, convert, images)

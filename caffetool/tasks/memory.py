@@ -16,7 +16,7 @@ from caffetool.tasks._common import task
 
 NET_HELP = {
     "model": "model name (invoke model.list)", "net": "a train/test or deploy prototxt instead",
-    "batch_size": "training batch size", "solver": f"solver type: {', '.join(est.HISTORY)}",
+    "batch_size": "training batch size", "type": f"solver type (any case): {', '.join(est.HISTORY)}",
     "phase": "train (solver: train net after forward+backward, test net after a test) or test (inference)",
     "mode": "cpu or gpu", "dtype": "fp32 or fp16", "iter_size": "gradient accumulation (default 1)",
     "input_shape": "C,H,W of the images a Data layer reads (needed with --net)",
@@ -26,13 +26,13 @@ NET_HELP = {
 
 
 def _load(c: Context, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
-          solver: str, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
+          solver_type: str, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
           test_net: bool = True) -> tuple[Any, nets.NetSource, est.Options]:
     """The net and the estimator's options from the flags; numbers are checked before Caffe is loaded."""
     batch, accumulate = count(batch_size, "--batch-size"), count(iter_size, "--iter-size") or 1
     caffe = import_caffe(locate(c.engine.prefix, probe=False))
     source = nets.load(caffe, model, net, input_shape, c.model.dir, batch)
-    options = est.Options(phase=phase, mode=mode, solver=solver, dtype=dtype, batch=batch, iter_size=accumulate,
+    options = est.Options(phase=phase, mode=mode, solver=solver_type, dtype=dtype, batch=batch, iter_size=accumulate,
                           cudnn=cudnn, input_shape=source.input_shape, test_net=test_net)
     return caffe, source, options
 
@@ -44,12 +44,12 @@ def without(*drop: str) -> dict[str, str]:
 
 @task(help={**NET_HELP, "json": "print the estimate as JSON", "plot": "write a PNG of memory per layer"})
 def estimate(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
-             solver: str = "SGD", phase: str = "train", mode: str = "cpu", dtype: str = "fp32",
+             type: str = "SGD", phase: str = "train", mode: str = "cpu", dtype: str = "fp32",
              iter_size: str | None = None, input_shape: str | None = None, cudnn: bool = False,
              no_test_net: bool = False, json_: bool = False, plot: str | None = None) -> None:
     """Per-layer memory and compute of a net, by Caffe's own allocation rules (no Caffe run)."""
     picture = output_file(plot, "--plot") if plot else None
-    _, source, options = _load(c, model, net, input_shape, batch_size, solver, phase, mode, dtype, iter_size,
+    _, source, options = _load(c, model, net, input_shape, batch_size, type, phase, mode, dtype, iter_size,
                                cudnn, not no_test_net)
     e = est.estimate(source.net, options, source.text, source.origin)
     fixed, per = est.per_sample(source.net, options, source.text)
@@ -66,7 +66,7 @@ def estimate(c: Context, model: str | None = None, net: str | None = None, batch
 @task(help={**without("phase", "mode"), "gpu_memory": "card memory, e.g. 12GiB", "gpu": f"a card: {', '.join(gpus.GPUS)}",
             "reserve": "memory kept free for the CUDA context and fragmentation"})
 def fit(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
-        solver: str = "SGD", dtype: str = "fp32", iter_size: str | None = None, input_shape: str | None = None,
+        type: str = "SGD", dtype: str = "fp32", iter_size: str | None = None, input_shape: str | None = None,
         cudnn: bool = False, no_test_net: bool = False, gpu_memory: str | None = None, gpu: str | None = None,
         reserve: str = "400MiB") -> None:
     """Will it fit? The largest batch for a GPU, and ranked changes when the wanted batch does not."""
@@ -77,7 +77,7 @@ def fit(c: Context, model: str | None = None, net: str | None = None, batch_size
     capacity = gpus.parse_size(gpu_memory, "--gpu-memory") if gpu_memory else gpus.lookup(gpu)
     kept = gpus.parse_size(reserve, "--reserve")
     fitting.check_budget(capacity, kept)  # before the net is loaded: nothing to estimate against
-    _, source, options = _load(c, model, net, input_shape, batch_size, solver, "train", "gpu", dtype, iter_size,
+    _, source, options = _load(c, model, net, input_shape, batch_size, type, "train", "gpu", dtype, iter_size,
                                cudnn, not no_test_net)
     f = fitting.fit(source.net, options, capacity, kept, source.text)
     print("\n".join(table.fit_lines(source.name, gpu or gpu_memory, options, f)))
@@ -87,7 +87,7 @@ def fit(c: Context, model: str | None = None, net: str | None = None, batch_size
             "classes": "number of classes of the random labels (default: the model's)",
             "device": "with --mode gpu: the GPU to measure on, by id (default 0)"})
 def measure(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
-            solver: str = "SGD", mode: str = "cpu", input_shape: str | None = None,
+            type: str = "SGD", mode: str = "cpu", input_shape: str | None = None,
             classes: str | None = None, device: str = "0") -> None:
     """Measure what the real engine allocates (solver, one test pass, one step) next to the estimate."""
     from caffetool.memory import measure as measuring  # noqa: PLC0415
@@ -95,7 +95,7 @@ def measure(c: Context, model: str | None = None, net: str | None = None, batch_
     labels = count(classes, "--classes")
     gpu_id = number(device, "--device", int, minimum=0, maximum=63)
     engine = locate(c.engine.prefix, probe=False)
-    caffe, source, options = _load(c, model, net, input_shape, batch_size, solver, "train", mode, "fp32", None, False)
+    caffe, source, options = _load(c, model, net, input_shape, batch_size, type, "train", mode, "fp32", None, False)
     e = est.estimate(source.net, options, source.text, source.origin)
     got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
                             labels or source.num_classes or 10, options.mode, gpu_id)

@@ -19,7 +19,7 @@ from caffetool.nets.listing import list_models
 from caffetool.tasks._common import pick, task
 
 SOLVER_HELP = {
-    "solver": f"solver type: {', '.join(solver.SOLVER_TYPES)}",
+    "type": f"solver type (any case): {', '.join(solver.SOLVER_TYPES)}",
     "base_lr": "base learning rate", "lr_policy": f"lr policy: {', '.join(solver.LR_POLICIES)}",
     "gamma": "lr policy gamma", "power": "lr policy power", "stepsize": "iterations per lr step",
     "stepvalue": "iteration of an lr drop (multistep; repeatable)", "momentum": "momentum (beta1 for Adam)",
@@ -48,7 +48,7 @@ def solver_flags(params: dict[str, Any]) -> dict[str, Any]:
     "force": "replace existing files in --out", "data_dir": "where data sets are", **SOLVER_HELP,
 })
 def generate(c: Context, model: str | None = None, net: str | None = None, dataset: str | None = None,
-             batch_size: str | None = None, test_batch_size: str | None = None, solver: str = "SGD",
+             batch_size: str | None = None, test_batch_size: str | None = None, type: str = "SGD",
              base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
              power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
              momentum: str | None = None, momentum2: str | None = None, delta: str | None = None,

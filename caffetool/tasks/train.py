@@ -13,7 +13,7 @@ from caffetool.engine import import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.nets import build, model as models, prototxt
 from caffetool.nets.solver import SolverOptions
-from caffetool.train import caffe_commands, devices, metrics_io, owner, rundir, session
+from caffetool.train import caffe_commands, devices, evaluate, metrics_io, owner, rundir, session
 from caffetool.train.logparse import parse_file
 from caffetool.tasks._common import pick, task
 from caffetool.tasks.model import SOLVER_HELP, solver_flags
@@ -28,7 +28,7 @@ from caffetool.tasks.model import SOLVER_HELP, solver_flags
 })
 def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "auto", name: str | None = None,
         weights: str | None = None, batch_size: str | None = None, test_batch_size: str | None = None,
-        solver: str = "SGD", base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
+        type: str = "SGD", base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
         power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
         momentum: str | None = None, momentum2: str | None = None, delta: str | None = None,
         rms_decay: str | None = None, weight_decay: str | None = None, max_iter: str | None = None,
@@ -51,13 +51,12 @@ def finish(result: session.TrainResult) -> None:
     """Print the run's one-screen summary; a run that did not finish exits non-zero."""
     m, out = result.manifest, result.outcome
     t = m["timings_s"]
-    test = m.get("final", {}).get("test0", {})
     print(f"run:        {result.run_dir}")
     print(f"status:     {out.status} — {out.message}" if out.status != "finished" else "status:     finished")
     print(f"iterations: {m.get('iterations')}  wall {t.get('total', 0):.1f} s "
           f"(setup {t.get('setup', 0):.1f}, training {t.get('training', 0):.1f}, testing {t.get('testing', 0):.1f})")
-    if test:
-        print("final test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items() if k != "NumIters"))
+    for line in evaluate.summary(m.get("final", {})):
+        print(line)
     if result.weights:
         print(f"model:      {result.weights} (deploy: {result.run_dir / 'deploy.prototxt'}, "
               f"labels: {result.run_dir / 'labels.txt'})")

@@ -25,15 +25,19 @@ AVERAGE = re.compile(r"^Average (Forward|Backward|Forward-Backward)(?: pass)?: (
 
 @dataclass
 class TestResult:
-    outputs: dict[str, float]
+    outputs: dict[str, float]  # the mean of each net output, as Caffe names it
     batches: int
     log: str
+    loss: float | None = None  # Caffe's "Loss:": the weighted sum of the loss outputs
 
 
-def caffe_test(engine: EngineInfo, run_dir: Path, weights: Path, iterations: int, gpu_flag: list[str]) -> TestResult:
-    """``caffe test`` on the run's train_val net: the mean of each output over ``iterations`` batches."""
-    argv = [str(engine.caffe), "test", "-model=train_val.prototxt", f"-weights={weights}",
-            f"-iterations={iterations}", *_device(gpu_flag)]
+def caffe_test(engine: EngineInfo, run_dir: Path, weights: Path, iterations: int, gpu_flag: list[str],
+               model: str | Path = "train_val.prototxt", level: int = 0) -> TestResult:
+    """``caffe test`` on ``model`` (by default the run's train_val net) in the TEST phase at ``level``:
+    the mean of each output over ``iterations`` batches. Relative paths in the net (data sources,
+    mean files) resolve against ``run_dir``, as they do for the ``caffe train`` run there."""
+    argv = [str(engine.caffe), "test", f"-model={model}", f"-weights={weights}",
+            f"-iterations={iterations}", f"-level={level}", *_device(gpu_flag)]
     done = run_checked(argv, what="caffe test", cwd=run_dir, env=caffe_env())
     messages = [line.message for line in glog.lines(done.stderr)]
     # Per-batch outputs come first; the means follow the "Loss:" line.
@@ -42,9 +46,8 @@ def caffe_test(engine: EngineInfo, run_dir: Path, weights: Path, iterations: int
     for message in messages[at + 1:]:
         if m := TEST_RESULT.match(message):
             outputs[m.group(1)] = float(m.group(2))
-    if m := LOSS_LINE.match(messages[at] if at < len(messages) else ""):
-        outputs.setdefault("loss", float(m.group(1)))
-    return TestResult(outputs, iterations, done.stderr)
+    loss = float(m.group(1)) if (m := LOSS_LINE.match(messages[at] if at < len(messages) else "")) else None
+    return TestResult(outputs, iterations, done.stderr, loss)
 
 
 @dataclass

@@ -1,7 +1,11 @@
 """Parsing Caffe's glog output, live (line by line) or after the fact, from any Caffe log.
 
 Rows are keyed as Caffe's ``tools/extra/parse_log.py`` keys them (``NumIters``, ``Seconds``,
-``LearningRate``, then each net output by name), train rows apart from each test net's rows.
+``LearningRate``, then each net output by name, whatever the net calls its outputs), train rows
+apart from the rows of each test net (``Testing net (#k)``), however many the solver has. A train
+row also holds the iteration line's loss (``smoothed_loss``: Caffe's weighted sum of the losses,
+averaged over ``average_loss``) and its speed (``iter_per_s``; not on the first display line of a
+session, whose figure Caffe computes from an unset counter).
 ``Seconds`` count from the ``Solving`` line; a resumed run (a second ``Solving``) continues the
 count instead of restarting it. glog's prefix (read by :mod:`caffetool.glog`) carries the date as
 ``MMDD`` (older glog) or ``YYYYMMDD``; without a year, a month that goes backwards means the year
@@ -32,6 +36,13 @@ SNAPSHOT = re.compile(r"^Snapshotting (?:solver state )?to binary proto file (\S
 RESUMING = re.compile(r"^Resuming from (\S+)$")
 DONE = "Optimization Done."
 EVENTS = (SOLVING, ITERATION, LEARNING_RATE, TESTING, OUTPUT, SNAPSHOT, RESUMING)
+# The keys of a row that are not net outputs.
+ROW_KEYS = ("NumIters", "Seconds", "LearningRate", "smoothed_loss", "iter_per_s")
+
+
+def outputs(rows: list[dict]) -> list[str]:
+    """The net outputs ``rows`` hold, in the order Caffe first logged them."""
+    return list(dict.fromkeys(k for row in rows for k in row if k not in ROW_KEYS))
 
 
 def _number(text: str) -> float | None:
@@ -72,6 +83,16 @@ class Metrics:
                 return row[key]
         return None
 
+    def add_test(self, net: int, row: dict) -> bool:
+        """Adds a test row measured outside the log (``caffe test``), in iteration order; a row for
+        an iteration the net already has is not added (``False``)."""
+        rows = self.test.setdefault(net, [])
+        if any(r["NumIters"] == row["NumIters"] for r in rows):
+            return False
+        rows.append(row)
+        rows.sort(key=lambda r: r["NumIters"])
+        return True
+
 
 class LogParser:
     """Feed glog lines one at a time; ``metrics`` is always up to date."""
@@ -89,6 +110,7 @@ class LogParser:
         self._test_row: dict | None = None
         self._test_started: float | None = None
         self._test_last: float | None = None
+        self._speed_known = False  # the first display line of a session has no real iter/s
 
     def feed_all(self, lines: Iterable[str]) -> Metrics:
         for line in lines:
@@ -115,6 +137,7 @@ class LogParser:
             if self._session_start is not None:
                 self._offset = self._last_seconds  # a resumed run continues the count, gap excluded
             self._session_start = when
+            self._speed_known = False
             m.started = m.started or when
             m.net_name = m.net_name or solving.group(1)
             return
@@ -142,6 +165,9 @@ class LogParser:
                              "smoothed_loss": loss}
             if it.group(2):
                 m.iter_per_s = _number(it.group(2))
+                if self._speed_known and m.iter_per_s is not None:
+                    self._pending["iter_per_s"] = m.iter_per_s
+                self._speed_known = True
             self._check_finite(int(it.group(1)), loss)
         elif lr := LEARNING_RATE.match(message):
             self._lr = _number(lr.group(2))

@@ -1,15 +1,23 @@
-"""Training curves as PNG (matplotlib, headless): loss and test accuracy against iterations and
-against seconds, and the learning rate against iterations."""
+"""Training curves as PNG (matplotlib, headless): every net output against iterations and against
+seconds, and the learning rate against iterations.
+
+Whatever the nets output is drawn: each train output and each output of each test net, losses
+on the left axis and accuracies (an output named like ``accuracy`` or ``top-5``) on a 0–1 right
+axis, which is left out when no net has one (an autoencoder). A train net that logs no outputs
+is drawn by the iteration line's loss.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from caffetool.errors import RunError
 from caffetool.figures import plt, save_figure
-from caffetool.train.logparse import Metrics
+from caffetool.train.logparse import Metrics, outputs
 
 FILES = ("loss_accuracy_vs_iters.png", "loss_accuracy_vs_seconds.png", "lr_vs_iters.png")
+ACCURACY = re.compile(r"acc|top[-_]?\d", re.IGNORECASE)
 
 
 def _series(rows: list[dict], x: str, y: str) -> tuple[list[float], list[float]]:
@@ -17,20 +25,31 @@ def _series(rows: list[dict], x: str, y: str) -> tuple[list[float], list[float]]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+def curves(metrics: Metrics) -> list[tuple[str, list[dict], str, str]]:
+    """Each curve to draw: its label, its rows, the key it draws, and how (a line, or points for tests)."""
+    train = outputs(metrics.train) or ["smoothed_loss"]
+    out = [(f"train {'loss' if name == 'smoothed_loss' else name}", metrics.train, name, "-") for name in train]
+    for net, rows in sorted(metrics.test.items()):
+        out += [(f"test #{net} {name}", rows, name, "o-") for name in outputs(rows)]
+    return out
+
+
 def _loss_accuracy(metrics: Metrics, x: str, xlabel: str, title: str, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100, layout="tight")
-    ax.plot(*_series(metrics.train, x, "loss"), color="tab:blue", lw=1, label="train loss")
-    for net, rows in sorted(metrics.test.items()):
-        ax.plot(*_series(rows, x, "loss"), "o-", color="tab:orange", ms=3, label=f"test #{net} loss")
+    drawn = curves(metrics)
+    accuracy = ax.twinx() if any(ACCURACY.search(name) for _, _, name, _ in drawn) else None
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, rows, name, style) in enumerate(drawn):
+        axis = accuracy if accuracy is not None and ACCURACY.search(name) else ax
+        axis.plot(*_series(rows, x, name), style, color=colors[i % len(colors)], lw=1, ms=3, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
-    acc = ax.twinx()
-    for net, rows in sorted(metrics.test.items()):
-        acc.plot(*_series(rows, x, "accuracy"), "s-", color="tab:green", ms=3, label=f"test #{net} accuracy")
-    acc.set_ylabel("accuracy")
-    acc.set_ylim(0, 1)
-    lines = ax.get_legend_handles_labels()[0] + acc.get_legend_handles_labels()[0]
+    lines = ax.get_legend_handles_labels()[0]
+    if accuracy is not None:
+        accuracy.set_ylabel("accuracy")
+        accuracy.set_ylim(0, 1)
+        lines += accuracy.get_legend_handles_labels()[0]
     ax.legend(lines, [line.get_label() for line in lines], loc="center right", fontsize=8)
     ax.set_title(title)
     save_figure(fig, out, RunError)

@@ -17,8 +17,9 @@ has been asked; the ways a run ends besides finishing:
   Caffe too (``PR_SET_PDEATHSIG``), since nothing would read its log any more. The next command
   that reads the run marks it interrupted (:mod:`caffetool.train.owner`).
 
-Progress is a tqdm bar where stderr is a terminal; elsewhere (CI, ``nohup``, a log file) it is a
-plain line on stdout every :data:`LINE_EVERY` of the run, since a bar is not drawn there at all.
+Progress is shown by :mod:`caffetool.train.progress`; every new row also goes to the run's
+TensorBoard events (:mod:`caffetool.train.tensorboard`) as it appears, and so do the resource
+samples taken while Caffe runs.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ import enum
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
@@ -42,10 +42,11 @@ from caffetool.errors import CaffetoolError, RunError
 from caffetool.proc import exit_status
 from caffetool.train import snapshots
 from caffetool.train.logparse import LogParser, Metrics
+from caffetool.train.progress import Progress, display
 from caffetool.train.sampler import Sampler
+from caffetool.train.tensorboard import RunEvents
 
 LOG = "caffe.log"
-LINE_EVERY = 0.05
 TAIL_LINES = 12
 PR_SET_PDEATHSIG = 1
 
@@ -87,6 +88,11 @@ def caffe_train_argv(engine: EngineInfo, solver: str, gpu_flag: list[str], weigh
     if gpu_flag:
         argv.append(f"{gpu_flag[0]}={gpu_flag[1]}")
     return argv
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``-flag=VALUE`` in a command line of :func:`caffe_train_argv`, if it has one."""
+    return next((arg.split("=", 1)[1] for arg in argv if arg.startswith(f"-{flag}=")), None)
 
 
 @dataclass
@@ -171,11 +177,12 @@ class Supervisor:
 
 def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
         on_update: Callable[[Metrics], None] | None = None, update_every: float = 60.0,
-        parser: LogParser | None = None) -> RunOutcome:
-    """Run ``argv`` in ``run_dir``, appending to caffe.log; ``on_update(metrics)`` refreshes live outputs.
+        parser: LogParser | None = None, events: RunEvents | None = None) -> RunOutcome:
+    """Run ``argv`` in ``run_dir``, appending to caffe.log; ``on_update(metrics)`` refreshes live outputs,
+    and ``events`` gets each new row and resource sample as it comes.
 
     Caffe is never left running when this returns or raises. The final outputs are the caller's
-    to write, after it has recorded the outcome.
+    to write, after it has recorded the outcome; so is closing ``events``.
     """
     start = time.monotonic()
     try:
@@ -185,13 +192,13 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     except OSError as e:
         raise RunError(f"could not start {argv[0]}: {e.strerror}") from None
     supervisor = Supervisor(process, parser or LogParser())
-    sampler = Sampler(process.pid)
+    sampler = Sampler(process.pid, on_sample=events.sample if events else None)
     sampler.start()
-    shown = _progress(max_iter, supervisor.metrics.iteration) if progress else None
+    shown = display(max_iter, supervisor.metrics.iteration) if progress else None
     refresh = _Every(update_every, on_update)
     try:
         with _Log(run_dir / LOG, supervisor.fail) as log:
-            _watch(supervisor, log, shown, refresh)
+            _watch(supervisor, log, shown, refresh, events)
             code = _wait(supervisor)
     finally:
         if process.poll() is None:
@@ -203,7 +210,8 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     return supervisor.outcome(code, samples, time.monotonic() - start)
 
 
-def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _Every) -> None:
+def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _Every,
+           events: RunEvents | None) -> None:
     """Read Caffe's output to its end, logging, showing and acting on each line."""
     stream = supervisor.process.stdout
     assert stream is not None
@@ -218,6 +226,11 @@ def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _
                 shown.show(supervisor.metrics)
             if supervisor.failure is None:
                 refresh.maybe(supervisor.metrics, supervisor.fail)
+            if supervisor.failure is None and events is not None:
+                try:
+                    events.update(supervisor.metrics)
+                except CaffetoolError as e:
+                    supervisor.fail(str(e))
         except KeyboardInterrupt:
             supervisor.interrupt()
 
@@ -300,87 +313,3 @@ class _Every:
             self.on_update(m)
         except CaffetoolError as e:
             failed(str(e))
-
-
-class Progress(Protocol):
-    def show(self, m: Metrics) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def _progress(total: int, done: int) -> Progress:
-    """A bar where stderr is a terminal, progress lines on stdout elsewhere."""
-    return _Bar(total) if sys.stderr.isatty() else ProgressLines(total, done)
-
-
-class _Bar:
-    def __init__(self, total: int) -> None:
-        from tqdm import tqdm  # noqa: PLC0415
-
-        self.bar = tqdm(total=total, unit="it", desc="caffe train", dynamic_ncols=True)
-
-    def show(self, m: Metrics) -> None:
-        if m.iteration > self.bar.n:
-            self.bar.update(m.iteration - self.bar.n)
-        post = {}
-        if (loss := m.latest("loss", -1)) is not None:
-            post["loss"] = f"{loss:.4f}"
-        if m.train and m.train[-1].get("LearningRate") is not None:
-            post["lr"] = f"{m.train[-1]['LearningRate']:.2e}"
-        if (acc := m.latest("accuracy")) is not None:
-            post["test acc"] = f"{acc:.4f}"
-        if post:
-            self.bar.set_postfix(post, refresh=False)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-class ProgressLines:
-    """A line each time the run passes another ``every`` of ``total`` iterations, flushed at once:
-    ``iteration 500/10000 (5%): loss 0.4321, test accuracy 0.8123, 46.1 it/s, ETA 03:26``.
-
-    The rate counts from the first iteration this process saw (tests included, so the ETA holds);
-    a resumed run starts counting where it resumed.
-    """
-
-    def __init__(self, total: int, done: int = 0, every: float = LINE_EVERY, out: IO[str] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.total = max(total, 1)
-        self.step = max(1, round(self.total * every))
-        self.next = (done // self.step + 1) * self.step
-        self.out = out
-        self.clock = clock
-        self.first: tuple[int, float] | None = None
-
-    def show(self, m: Metrics) -> None:
-        now = self.clock()
-        if self.first is None and m.train:
-            self.first = (m.iteration, now)
-        if m.iteration < self.next or self.first is None:
-            return
-        self.next = (m.iteration // self.step + 1) * self.step
-        print(self.line(m, now), file=self.out or sys.stdout, flush=True)
-
-    def line(self, m: Metrics, now: float) -> str:
-        head = f"iteration {m.iteration}/{self.total} ({m.iteration / self.total:.0%})"
-        details = []
-        if (loss := m.latest("loss", -1)) is not None:
-            details.append(f"loss {loss:.4f}")
-        if (acc := m.latest("accuracy")) is not None:
-            details.append(f"test accuracy {acc:.4f}")
-        assert self.first is not None
-        iterations, seconds = m.iteration - self.first[0], now - self.first[1]
-        if iterations > 0 and seconds > 0:
-            rate = iterations / seconds
-            details.append(f"{rate:.1f} it/s, ETA {_interval(max(0, self.total - m.iteration) / rate)}")
-        return head + (": " + ", ".join(details) if details else "")
-
-    def close(self) -> None:
-        pass
-
-
-def _interval(seconds: float) -> str:
-    from tqdm import tqdm  # noqa: PLC0415
-
-    return tqdm.format_interval(seconds)

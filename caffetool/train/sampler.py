@@ -1,21 +1,25 @@
 """Resource samples taken every second while Caffe trains.
 
 On the CPU: the process's CPU percentage and resident memory (psutil). With NVIDIA GPUs and
-``nvidia-ml-py`` installed: utilisation and memory of each GPU (NVML). Only summaries are kept.
+``nvidia-ml-py`` installed: utilisation and memory of each GPU (NVML). Summaries are kept for the
+manifest; each reading also goes to ``on_sample`` (the run's TensorBoard events), from this thread.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 
 
 class Sampler(threading.Thread):
-    def __init__(self, pid: int, interval: float = 1.0) -> None:
+    def __init__(self, pid: int, interval: float = 1.0,
+                 on_sample: Callable[[dict[str, float]], None] | None = None) -> None:
         super().__init__(daemon=True)
         self.interval = interval
+        self.on_sample = on_sample
         self.stopped = threading.Event()
         self.process = psutil.Process(pid)
         self.cpu: list[float] = []
@@ -31,11 +35,15 @@ class Sampler(threading.Thread):
                 self.rss.append(self.process.memory_info().rss)
             except psutil.Error:
                 return
+            reading = {"cpu_percent": self.cpu[-1], "rss_mb": self.rss[-1] / 2**20}
             for index, handle in self._nvml:
                 util, mem = _nvml_sample(handle)
                 entry = self.gpu.setdefault(index, {"util": [], "mem": []})
                 entry["util"].append(util)
                 entry["mem"].append(mem)
+                reading |= {f"gpu{index}_util_percent": util, f"gpu{index}_memory_mb": mem / 2**20}
+            if self.on_sample is not None:
+                self.on_sample(reading)
 
     def stop(self) -> dict:
         self.stopped.set()

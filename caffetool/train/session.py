@@ -2,9 +2,11 @@
 
 Setup reuses the data and model layers (a missing data set is fetched, the three prototxt files
 are generated and validated into the run directory); then the runner trains, and the manifest,
-``metrics.csv``/``metrics.json`` and ``plots/`` are written — during the run and at its end, the
-manifest first, so the outcome is on record even when the disk is too full for the rest. While
-the run trains, its manifest names this process as the owner (:mod:`caffetool.train.owner`).
+``metrics.csv``/``metrics.json``, ``plots/`` and the TensorBoard events are written — during the
+run and at its end, the manifest first, so the outcome is on record even when the disk is too full
+for the rest. A finished run's test nets are measured at its last iteration before the end is
+recorded (:mod:`caffetool.train.evaluate`). While the run trains, its manifest names this process
+as the owner (:mod:`caffetool.train.owner`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from caffetool.data import fetch, layout, registry
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import CaffeRefused, ConfigError, RunError
 from caffetool.nets import generate, model as models, prototxt, solver as solvers
-from caffetool.train import caffe_commands, devices, metrics_io, owner, rundir, runner, snapshots
+from caffetool.train import (caffe_commands, devices, evaluate, metrics_io, owner, rundir, runner, snapshots,
+                             tensorboard)
 from caffetool.train.logparse import LogParser, Metrics, parse_file
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
@@ -97,7 +100,8 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         owner.take(run_dir, manifest)
         rundir.write_manifest(run_dir, manifest)
     say(f"run {run_dir.name}: {model.name} on {dataset.name}, {solver_msg.max_iter} iterations, {chosen.label}")
-    result = _train_and_record(argv, run_dir, manifest, solver_msg.max_iter, progress, t0, caffe_pb2, say)
+    result = _train_and_record(argv, run_dir, manifest, solver_msg.max_iter, progress, t0, caffe_pb2, say,
+                               engine=engine)
     if result.outcome.status == "failed" and result.outcome.metrics.started is None:
         # Caffe refused the net before its first iteration: that is a validation failure, and
         # the run never started, so its directory goes.
@@ -143,7 +147,8 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     manifest.setdefault("resumes", []).append({"at": _now(), "from": state, "max_iter": msg.max_iter,
                                                 "caffe_command": argv})
     say(f"resuming {run_dir.name} from {start.state.name} up to iteration {msg.max_iter}")
-    return _train_and_record(argv, run_dir, manifest, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True)
+    return _train_and_record(argv, run_dir, manifest, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True,
+                             engine=engine)
 
 
 def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
@@ -169,21 +174,28 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
 
 def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: int, progress: bool,
                       t0: float, caffe_pb2: ModuleType, say: Callable[[str], None],
-                      resumed: bool = False) -> TrainResult:
+                      resumed: bool = False, *, engine: EngineInfo) -> TrainResult:
+    """Trains with ``argv``, then measures the test nets at the last iteration where Caffe did not
+    (:mod:`caffetool.train.evaluate`) and records it all: manifest, metrics, plots, TensorBoard."""
     parser = LogParser()
     if resumed and (run_dir / runner.LOG).exists():
         with open(run_dir / runner.LOG, errors="replace") as f:
             for line in f:
                 parser.feed(line)
         parser.metrics.fatal = parser.metrics.diverged_at = None  # how an earlier session ended is not this one's
+        evaluate.restore(parser.metrics, manifest.get("final", {}))
     manifest["status"] = "running"
     rundir.write_manifest(run_dir, manifest)
     owner.keep_room(run_dir)
     title = f"{run_dir.name}: {manifest.get('model', 'net')} on {manifest.get('dataset', {}).get('name', 'its data')}"
+    events: tensorboard.RunEvents | None = None
     try:
-        outcome = runner.run(argv, run_dir, max_iter, progress, parser=parser,
+        events = tensorboard.RunEvents(run_dir / tensorboard.FOLDER, parser.metrics)
+        outcome = runner.run(argv, run_dir, max_iter, progress, parser=parser, events=events,
                              on_update=lambda metrics: _write_outputs(metrics, run_dir, title))
-    except RunError as e:  # Caffe could not even start
+    except RunError as e:  # Caffe could not even start, or its events could not be written
+        if events is not None:
+            events.discard()
         owner.give_back_room(run_dir)
         manifest.update(status="failed", exit_code=None, message=str(e), ended_at=_now())
         rundir.write_manifest(run_dir, manifest)
@@ -193,7 +205,7 @@ def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: 
     m = outcome.metrics
     manifest.update(
         status=outcome.status, exit_code=outcome.exit_code, message=outcome.message, ended_at=_now(),
-        iterations=m.iteration, final=_final(m), samples=outcome.samples,
+        iterations=m.iteration, final=evaluate.last_figures(m), samples=outcome.samples,
     )
     setup = manifest.get("timings_s", {}).get("setup", 0.0)
     manifest["timings_s"] = {
@@ -205,11 +217,30 @@ def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: 
     if m.started and m.last_time:
         manifest["timings_s"]["solving"] = round((m.last_time - m.started).total_seconds(), 3)
     rundir.write_manifest(run_dir, manifest)
+    if outcome.status == "finished":
+        final = _measure_final(engine, argv, run_dir, m, caffe_pb2, say)
+        manifest["final"] = evaluate.last_figures(m) | final.record()
+        manifest["timings_s"].update(final_test=final.seconds, total=round(time.monotonic() - t0, 3))
+        rundir.write_manifest(run_dir, manifest)
     try:
         _write_outputs(m, run_dir, title)
     except RunError as e:
         say(f"the run's outcome is recorded, but not its metrics and plots: {e}")
+    try:
+        events.update(m)
+        events.close()
+    except RunError as e:
+        events.discard()
+        say(f"the run's outcome is recorded, but not all of its TensorBoard events: {e}")
     return TrainResult(run_dir, outcome, manifest, snapshots.newest_weights(run_dir, caffe_pb2))
+
+
+def _measure_final(engine: EngineInfo, argv: list[str], run_dir: Path, m: Metrics, caffe_pb2: ModuleType,
+                   say: Callable[[str], None]) -> evaluate.Final:
+    """The test nets at the last iteration, on the solver and devices ``argv`` trained with."""
+    solver = run_dir / runner.flag_value(argv, "solver")
+    gpus = runner.flag_value(argv, "gpu")
+    return evaluate.measure(engine, run_dir, solver, m, ["-gpu", gpus] if gpus else [], caffe_pb2, say)
 
 
 def _write_outputs(metrics: Metrics, run_dir: Path, title: str) -> None:
@@ -220,14 +251,6 @@ def _write_outputs(metrics: Metrics, run_dir: Path, title: str) -> None:
         from caffetool.train import plots  # noqa: PLC0415 - matplotlib costs 0.3 s to import
 
         plots.write_plots(metrics, run_dir / "plots", title)
-
-
-def _final(m: Metrics) -> dict[str, Any]:
-    out = {"iteration": m.iteration, "train_loss": m.latest("loss", -1)}
-    for net, rows in sorted(m.test.items()):
-        if rows:
-            out[f"test{net}"] = {k: v for k, v in rows[-1].items() if k not in ("Seconds", "LearningRate")}
-    return out
 
 
 def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dataset,

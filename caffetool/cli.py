@@ -1,0 +1,71 @@
+"""The ``caffetool`` command: Invoke's own ``Program`` over the task collection, usable from any folder.
+
+``invoke`` finds its tasks through a ``tasks.py`` in the current directory or above, so it only
+works inside the checkout. ``caffetool`` carries the collection (:data:`caffetool.tasks.ns`) with
+it, and reads the same settings, lowest first: caffetool's defaults < ``/etc/invoke.yaml`` <
+``~/.invoke.yaml`` < an ``invoke.yaml`` (or ``.yml``/``.json``) in the current directory < ``INVOKE_*``
+variables < flags. The current directory plays the part the checkout plays for ``invoke``: its
+``invoke.yaml`` is the project's settings file, and relative paths (in flags and in settings such as
+``data.dir: data``) mean paths under it. Limits: only the current directory is searched for that
+file, not its parents; a runtime file (``caffetool -f FILE``) is read as Invoke reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from invoke import Program
+from invoke.exceptions import ParseError
+
+from caffetool import __version__
+from caffetool.tasks import check_project_settings, ns
+
+
+class CaffetoolProgram(Program):
+    """Invoke's ``Program`` whose project settings file is the one in the current directory."""
+
+    def create_config(self) -> None:
+        """Checks and loads ``./invoke.yaml`` before any task is parsed, so that a broken one is one
+        ``Error:`` line (exit 1) rather than Invoke's traceback, and a good one is in force."""
+        super().create_config()
+        here = Path.cwd()
+        check_project_settings(here)
+        self.config.set_project_location(here)
+        self.config.load_project()
+
+    def parse_core(self, argv: list[str] | None) -> None:
+        """Invoke's own flags; a wrong one is reported as every caffetool error is."""
+        with _as_error():
+            super().parse_core(argv)
+
+    def parse_tasks(self) -> None:
+        """The task names and their flags; a wrong one is reported as every caffetool error is."""
+        with _as_error():
+            super().parse_tasks()
+
+
+@contextmanager
+def _as_error() -> Iterator[None]:
+    """Invoke's parse errors ("No idea what '--bogus' is!") as one ``Error: ...`` line, exit 1."""
+    try:
+        yield
+    except ParseError as e:
+        raise ParseError(f"Error: {e}", e.context) from None
+
+
+program = CaffetoolProgram(name="caffetool", binary="caffetool", namespace=ns, version=__version__)
+
+
+def main() -> None:
+    """Console entry point (``[project.scripts]``)."""
+    try:
+        program.run(sys.argv)
+    except BrokenPipeError:
+        # The reader went away (`caffetool --list | head`): stop quietly, as shell tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)

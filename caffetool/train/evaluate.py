@@ -1,0 +1,190 @@
+"""The final figure of a run: every test net of its solver measured at the last iteration.
+
+Caffe tests only at iterations that are multiples of ``test_interval``, so a run whose last
+iteration is not one would report a figure from an earlier iteration (iteration 0 when
+``max_iter`` is below ``test_interval``). A finished run therefore ends with ``caffe test`` on
+each test net that Caffe's ``Solver::InitTestNets`` builds from the solver, in its order
+(``test_net_param``, ``test_net`` files, then ``net_param`` or ``net`` for the remaining
+``test_iter`` entries), each in the TEST phase merged with its ``test_state``, for its own
+``test_iter`` batches, on the weights Caffe snapshotted at the last iteration. A test net that
+Caffe itself tested at the last iteration keeps Caffe's figures and is not tested again.
+
+Limits: ``caffe test`` reads the test data from its first record, while the solver's test nets
+carry on where their previous test stopped, so the two agree exactly only when ``test_iter``
+batches cover the test set. Without weights at the last iteration (``snapshot_after_train:
+false``, HDF5 snapshots) the final figure is not measured, and the record says why. These rows
+are not in ``caffe.log``: they are in the metrics files and the manifest.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from caffetool.engine import EngineInfo
+from caffetool.errors import NetError, RunError
+from caffetool.nets import prototxt
+from caffetool.train import caffe_commands, snapshots
+from caffetool.train.logparse import ROW_KEYS, Metrics, outputs
+
+BY_TRAIN = "caffe train"
+BY_TEST = "caffe test"
+
+
+@dataclass(frozen=True)
+class TestNet:
+    index: int
+    net: Any  # a NetParameter whose state is the one Caffe gives this test net
+    batches: int
+    source: str  # where the solver defines it, for messages
+
+
+@dataclass
+class Final:
+    """What the end of a run measured, as the manifest records it."""
+
+    iteration: int
+    measured_by: dict[str, str] = field(default_factory=dict)  # "test0": "caffe test"
+    not_measured: str | None = None
+    seconds: float = 0.0
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"measured_by": self.measured_by}
+        if self.not_measured:
+            out["not_measured"] = self.not_measured
+        return out
+
+
+def test_nets(solver_file: Path, cwd: Path, caffe_pb2: ModuleType) -> list[TestNet]:
+    """The test nets of ``solver_file`` as Caffe builds them; relative net files resolve against ``cwd``."""
+    solver = prototxt.read(solver_file, caffe_pb2.SolverParameter())
+    nets = [(f"test_net_param #{i}", net) for i, net in enumerate(solver.test_net_param)]
+    nets += [(f"test_net {f}", prototxt.read(cwd / f, caffe_pb2.NetParameter())) for f in solver.test_net]
+    if solver.HasField("net_param"):
+        nets += [("net_param", solver.net_param)] * (len(solver.test_iter) - len(nets))
+    elif solver.net:
+        generic = prototxt.read(cwd / solver.net, caffe_pb2.NetParameter())
+        nets += [(f"net {solver.net}", generic)] * (len(solver.test_iter) - len(nets))
+    out = []
+    for i, ((source, net), batches) in enumerate(zip(nets, solver.test_iter)):
+        state = caffe_pb2.NetState(phase=caffe_pb2.TEST)
+        state.MergeFrom(net.state)
+        if len(solver.test_state) > i:
+            state.MergeFrom(solver.test_state[i])
+        tested = caffe_pb2.NetParameter()
+        tested.CopyFrom(net)
+        tested.state.CopyFrom(state)
+        out.append(TestNet(i, tested, batches, source))
+    return out
+
+
+def final_weights(run_dir: Path, metrics: Metrics) -> Path | None:
+    """The ``.caffemodel`` Caffe snapshotted at the run's last iteration, if it did."""
+    for name in reversed(metrics.snapshots):
+        if name.endswith(snapshots.WEIGHTS) and snapshots.iteration_of(name) == metrics.iteration:
+            path = run_dir / name
+            return path if path.is_file() else None
+    return None
+
+
+def measure(engine: EngineInfo, run_dir: Path, solver_file: Path, metrics: Metrics, gpu_flag: list[str],
+            caffe_pb2: ModuleType, say: Callable[[str], None] = print) -> Final:
+    """Each test net's figure at the last iteration, added to ``metrics`` where Caffe did not log one."""
+    start = time.monotonic()
+    final = Final(metrics.iteration)
+    try:
+        nets = test_nets(solver_file, run_dir, caffe_pb2)
+    except NetError as e:
+        final.not_measured = str(e)
+        return final
+    tested = {t.index for t in nets if _tested_at(metrics, t.index, final.iteration)}
+    final.measured_by = {f"test{i}": BY_TRAIN for i in sorted(tested)}
+    untested = [t for t in nets if t.index not in tested]
+    if not untested:
+        return final
+    weights = final_weights(run_dir, metrics)
+    if weights is None:
+        final.not_measured = f"no weights were saved at iteration {final.iteration}"
+        return final
+    say(f"testing the weights of iteration {final.iteration}: "
+        + ", ".join(f"test net #{t.index} ({t.batches} batches)" for t in untested))
+    for t in untested:
+        try:
+            outputs = _caffe_test(engine, run_dir, t, weights.absolute(), gpu_flag)
+        except RunError as e:
+            final.not_measured = f"test net #{t.index} ({t.source}): {e}"
+            say(f"the final figure of test net #{t.index} is not measured: {e}")
+            continue
+        except KeyboardInterrupt:
+            final.not_measured = "interrupted"
+            break
+        metrics.add_test(t.index, {"NumIters": final.iteration, "Seconds": last_seconds(metrics),
+                                   "LearningRate": metrics.latest("LearningRate", -1), **outputs})
+        final.measured_by[f"test{t.index}"] = BY_TEST
+    final.seconds = round(time.monotonic() - start, 3)
+    return final
+
+
+def _caffe_test(engine: EngineInfo, run_dir: Path, t: TestNet, weights: Path, gpu_flag: list[str]) -> dict[str, float]:
+    """``caffe test`` on one test net, written out with its state (``caffe test`` has no flag for a
+    test net's place in a solver), from the run directory its relative paths resolve against."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="caffetool-final-test-") as tmp:
+            model = Path(tmp) / f"test_net{t.index}.prototxt"
+            model.write_text(prototxt.to_text(t.net))
+            return caffe_commands.caffe_test(engine, run_dir, weights, t.batches, gpu_flag, model=model,
+                                             level=t.net.state.level).outputs
+    except OSError as e:
+        raise RunError(f"cannot write test net #{t.index} into {tempfile.gettempdir()}: {e.strerror}") from None
+
+
+def last_figures(m: Metrics) -> dict[str, Any]:
+    """A run's last figures, as its manifest's ``final`` holds them: each train output's, and each
+    test net's last row (whose ``NumIters`` is the iteration it was measured at)."""
+    loss = m.latest("loss", -1)
+    out: dict[str, Any] = {"iteration": m.iteration,
+                           "train_loss": m.latest("smoothed_loss", -1) if loss is None else loss,
+                           "train": {name: m.latest(name, -1) for name in outputs(m.train)}}
+    for net, rows in sorted(m.test.items()):
+        if rows:
+            out[f"test{net}"] = dict(rows[-1])
+    return out
+
+
+def summary(final: dict[str, Any]) -> list[str]:
+    """The run summary's lines for a manifest's ``final``: each test net's figures with the iteration
+    they were measured at (``final test:`` for a lone test net, ``test #k:`` for several)."""
+    nets = sorted((int(key[4:]), row) for key, row in final.items() if re.fullmatch(r"test\d+", key))
+    lines = []
+    for net, row in nets:
+        label = "final test:" if len(nets) == 1 else f"test #{net}:"
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in ROW_KEYS and v is not None)
+        by = " (caffe test)" if final.get("measured_by", {}).get(f"test{net}") == BY_TEST else ""
+        lines.append(f"{label:<11} iteration {row['NumIters']}: {shown}{by}")
+    if final.get("not_measured"):
+        lines.append(f"{'':<11} not measured at iteration {final['iteration']}: {final['not_measured']}")
+    return lines
+
+
+def restore(metrics: Metrics, final: dict[str, Any]) -> None:
+    """Puts back the rows an earlier session of the run measured with ``caffe test`` (its manifest's
+    ``final``), which a resumed run's parser cannot find in ``caffe.log``."""
+    for key, by in final.get("measured_by", {}).items():
+        if by == BY_TEST and isinstance(row := final.get(key), dict) and "NumIters" in row:
+            metrics.add_test(int(key.removeprefix("test")), dict(row))
+
+
+def last_seconds(metrics: Metrics) -> float:
+    """How far into the run (``Seconds``) the log goes."""
+    rows = metrics.train + [r for rows in metrics.test.values() for r in rows]
+    return max((r["Seconds"] for r in rows if r.get("Seconds") is not None), default=0.0)
+
+
+def _tested_at(metrics: Metrics, net: int, iteration: int) -> bool:
+    return any(r["NumIters"] == iteration for r in metrics.test.get(net, []))
