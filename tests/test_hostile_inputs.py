@@ -89,6 +89,10 @@ CASES = [
      "--reserve 'lots' is not a size; write it like 12GiB, 11264MiB or 400MB"),
     # names, in any case, with the choices listed
     (["data.mean", "--split", "validation"], "unknown --split 'validation'; choose one of: train, test"),
+    (["model.generate", "--model", "lenet", "--type", "Lion"],
+     "unknown --type 'Lion'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"),
+    (["memory.estimate", "--model", "lenet", "--type", "momentum"],
+     "unknown --type 'momentum'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"),
     (["demo.serve", "--backend", "tensorflow"], "unknown --backend 'tensorflow'; choose one of: caffe, opencv"),
     (["demo.classify", "{file}", "--backend", "tf"], "unknown --backend 'tf'; choose one of: caffe, opencv"),
     (["docker.build", "--variant", "GPU", "--ubuntu", "20.04"],

@@ -102,6 +102,9 @@ class Classifier:
 def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate: bool = True) -> Classifier:
     """The model ready to classify, proven first: built in a child, labels matching the outputs."""
     backend = choose(backend, BACKENDS, "--backend")
+    if files.run and not Path(files.deploy).is_file() and (files.run / "train_net.prototxt").is_file():
+        raise RunError(f"{files.run} trained a net that is not a classifier (no SoftmaxWithLoss), so it has "
+                       f"no deploy net to serve; train it again with --deploy FILE")
     for what, path in (("deploy net", files.deploy), ("weights", files.weights), ("labels", files.labels)):
         if not Path(path).is_file():
             raise (RunError if files.run else ConfigError)(f"{what} {path} not found")

@@ -24,17 +24,21 @@ from caffetool.tasks.model import SOLVER_HELP, solver_flags
     "gpu": "auto, cpu, all, or GPU ids like 0,1", "name": "run name (default: a timestamp)",
     "weights": ".caffemodel to start from (fine-tuning)", "batch_size": "training batch size",
     "test_batch_size": "test batch size", "data_dir": "where data sets are", "runs_dir": "where runs go",
+    "solver": "your own solver.prototxt, paths in it relative to here (as `caffe train -solver`)",
+    "labels": "labels.txt for the run (one class name a line)",
+    "deploy": "deploy net for --solver (default: derived from a classifier's train net)",
     **{k: v for k, v in SOLVER_HELP.items() if k != "mode"},
 })
 def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "auto", name: str | None = None,
         weights: str | None = None, batch_size: str | None = None, test_batch_size: str | None = None,
-        type: str = "SGD", base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
+        type: str | None = None, base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
         power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
         momentum: str | None = None, momentum2: str | None = None, delta: str | None = None,
         rms_decay: str | None = None, weight_decay: str | None = None, max_iter: str | None = None,
         iter_size: str | None = None, random_seed: str | None = None, test_iter: str | None = None,
         test_interval: str | None = None, snapshot: str | None = None, display: str | None = None,
-        data_dir: str | None = None, runs_dir: str | None = None) -> None:
+        data_dir: str | None = None, runs_dir: str | None = None, solver: str | None = None,
+        labels: str | None = None, deploy: str | None = None) -> None:
     """Train with the real `caffe train`: live progress, full run record, curves."""
     options = SolverOptions.from_flags(**solver_flags(locals()))
     request = session.TrainRequest(
@@ -42,7 +46,8 @@ def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "au
         weights=weights, batch=count(batch_size, "--batch-size"),
         test_batch=count(test_batch_size, "--test-batch-size"),
         data_dir=writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"),
-        runs_dir=writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir"), models_dir=c.model.dir)
+        runs_dir=writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir"), models_dir=c.model.dir,
+        solver=solver, labels=labels, deploy=deploy, type_given=type is not None)
     result = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     finish(result)
 

@@ -27,12 +27,13 @@ from typing import Any
 
 import caffetool
 from caffetool import fsio
+from caffetool.checksum import sha256_file
 from caffetool.data import fetch, layout, registry
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import CaffeRefused, ConfigError, RunError
 from caffetool.nets import generate, model as models, prototxt, solver as solvers
-from caffetool.train import (caffe_commands, devices, evaluate, metrics_io, owner, rundir, runner, snapshots,
-                             tensorboard)
+from caffetool.train import (caffe_commands, devices, evaluate, metrics_io, owner, project, rundir, runner,
+                             snapshots, tensorboard)
 from caffetool.train.logparse import LogParser, Metrics, parse_file
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
@@ -51,6 +52,10 @@ class TrainRequest:
     data_dir: str | Path | None = None
     runs_dir: str | Path = "runs"
     models_dir: str | Path | None = None
+    solver: str | Path | None = None  # the user's own solver.prototxt, relative to the working directory
+    deploy: str | Path | None = None
+    labels: str | Path | None = None
+    type_given: bool = False  # --type was on the command line: it replaces the solver file's type
 
 
 @dataclass
@@ -76,6 +81,8 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         say(chosen.notice)
     options = req.options or solvers.SolverOptions()
     options.mode = "gpu" if chosen.gpu else "cpu"
+    if req.solver is not None:
+        return _train_project(engine, req, chosen, options, say, progress, started, t0)
     spec = registry.get(req.dataset)
     model = models.get(req.model, req.models_dir)
     if req.weights and not Path(req.weights).is_file():
@@ -102,12 +109,59 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
     say(f"run {run_dir.name}: {model.name} on {dataset.name}, {solver_msg.max_iter} iterations, {chosen.label}")
     result = _train_and_record(argv, run_dir, manifest, solver_msg.max_iter, progress, t0, caffe_pb2, say,
                                engine=engine)
+    return _started(result, "the generated net")
+
+
+def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Devices, options: solvers.SolverOptions,
+                   say: Callable[[str], None], progress: bool, started: str, t0: float) -> TrainResult:
+    """Train the user's own solver (``--solver FILE``) from copies in a new run directory."""
+    if req.weights and not Path(req.weights).is_file():
+        raise ConfigError(f"--weights {req.weights} does not exist")
+    for flag, given in (("--labels", req.labels), ("--deploy", req.deploy)):
+        if given and not Path(given).is_file():
+            raise ConfigError(f"{flag} {given} does not exist")
+    caffe_pb2 = import_caffe(engine).proto.caffe_pb2
+    loaded = project.load(req.solver, engine, caffe_pb2)
+    device_notice = project.override(loaded, options, chosen.gpu, caffe_pb2, req.type_given)
+    for notice in [*loaded.notices, *([device_notice] if device_notice and not chosen.notice else [])]:
+        say(notice)
+    files = dict(loaded.files)
+    if req.weights:
+        files[str(Path(req.weights).resolve())] = sha256_file(Path(req.weights))
+    with rundir.released_on_failure(rundir.claim(Path(req.runs_dir).absolute(), req.name)) as run_dir:
+        project.write(loaded, run_dir, caffe_pb2)
+        derived = None if req.deploy else project.deploy(loaded.train_net, caffe_pb2)
+        if req.deploy:
+            shutil.copyfile(req.deploy, run_dir / generate.DEPLOY)
+        elif derived is not None:
+            fsio.write_atomic(run_dir / generate.DEPLOY, prototxt.to_text(derived))
+        if req.labels:
+            shutil.copyfile(req.labels, run_dir / layout.LABELS)
+        manifest = _manifest(engine, run_dir, Path(req.solver).stem, None, chosen, started)
+        argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
+                                       str(Path(req.weights).absolute()) if req.weights else None)
+        manifest["caffe_command"] = argv
+        manifest["project"] = {"solver": str(loaded.source), "cwd": str(Path.cwd()), "files_sha256": files,
+                               "original_solver": prototxt.to_text(loaded.original),
+                               "effective_solver": prototxt.to_text(loaded.solver)}
+        s = loaded.solver
+        manifest["solver"] = {"type": s.type or "SGD", "max_iter": s.max_iter, "base_lr": s.base_lr,
+                              "lr_policy": s.lr_policy}
+        manifest["timings_s"] = {"setup": round(time.monotonic() - t0, 3)}
+        owner.take(run_dir, manifest)
+        rundir.write_manifest(run_dir, manifest)
+    say(f"run {run_dir.name}: {req.solver}, {s.max_iter} iterations, {chosen.label}")
+    result = _train_and_record(argv, run_dir, manifest, s.max_iter, progress, t0, caffe_pb2, say, engine=engine)
+    return _started(result, str(req.solver))
+
+
+def _started(result: TrainResult, what: str) -> TrainResult:
+    """``result``, unless Caffe refused ``what`` before its first iteration: that is a validation
+    failure, and the run never started, so its directory goes."""
     if result.outcome.status == "failed" and result.outcome.metrics.started is None:
-        # Caffe refused the net before its first iteration: that is a validation failure, and
-        # the run never started, so its directory goes.
-        rundir.release(run_dir)
+        rundir.release(result.run_dir)
         fatal = result.outcome.metrics.fatal or result.outcome.message
-        raise CaffeRefused(f"Caffe refused the generated net: {fatal}")
+        raise CaffeRefused(f"Caffe refused {what}: {fatal}")
     return result
 
 
@@ -253,7 +307,7 @@ def _write_outputs(metrics: Metrics, run_dir: Path, title: str) -> None:
         plots.write_plots(metrics, run_dir / "plots", title)
 
 
-def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dataset,
+def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dataset | None,
               chosen: devices.Devices, started: str) -> dict[str, Any]:
     return {
         "name": run_dir.name,
@@ -261,7 +315,8 @@ def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dat
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "model": model,
         "dataset": {"name": dataset.name, "path": str(dataset.path), "backend": dataset.backend,
-                    "files": dataset.manifest.get("files"), "counts": {s: dataset.count(s) for s in ("train", "test")}},
+                    "files": dataset.manifest.get("files"), "counts": {s: dataset.count(s) for s in ("train", "test")}}
+        if dataset else {"name": "its data"},
         "device": {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag},
         "engine": {"prefix": str(engine.prefix), "manifest": engine.manifest},
         "host": _host(engine),
