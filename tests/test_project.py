@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 
 from caffetool.checksum import sha256_file
@@ -167,6 +169,10 @@ def test_train_solver_runs_bvlc_lenet_from_the_caffe_root(engine, caffe, fashion
                        str(result.run_dir / "snapshots/lenet_iter_60.caffemodel"), caffe.TEST)
     assert deploy.blobs["data"].data.shape == (1, 1, 28, 28)
     assert deploy.outputs == ["prob"] and deploy.blobs["prob"].data.shape == (1, 10)
+    served = classifier.load(engine, classifier.from_run(result.run_dir))  # no --labels: classes by index
+    assert served.labels == [str(i) for i in range(10)]
+    image = cv2.imencode(".png", np.full((28, 28), 255, np.uint8))[1].tobytes()
+    assert {t["label"] for t in served.classify(image, top=10)["top"]} == set(served.labels)
     assert tree_hash(root) == before
     resumed = session.resume(engine, result.run_dir, max_iter=80, progress=False, say=said.append)
     assert resumed.outcome.status == "finished"

@@ -105,8 +105,10 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     if files.run and not Path(files.deploy).is_file() and (files.run / "train_net.prototxt").is_file():
         raise RunError(f"{files.run} trained a net that is not a classifier (no SoftmaxWithLoss), so it has "
                        f"no deploy net to serve; train it again with --deploy FILE")
+    # a run trained from a user's own solver without --labels has none: its classes go by index
+    unnamed = files.run is not None and not Path(files.labels).exists()
     for what, path in (("deploy net", files.deploy), ("weights", files.weights), ("labels", files.labels)):
-        if not Path(path).is_file():
+        if not Path(path).is_file() and not (what == "labels" and unnamed):
             raise (RunError if files.run else ConfigError)(f"{what} {path} not found")
     caffe = import_caffe(engine)
     pb = caffe.proto.caffe_pb2
@@ -115,7 +117,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     output = deploy.layer[-1].top[0] if deploy.layer else "prob"
     if validate:  # a corrupt file aborts Caffe: let that happen in a child, not in the server
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
-    labels = _read_labels(files.labels)
+    labels = None if unnamed else _read_labels(files.labels)
     transform = _transform(caffe, files, channels, height, width)
     if backend == "caffe":
         net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
@@ -136,6 +138,8 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
             return cvnet.forward(output).reshape(-1).copy()
 
     probs = forward(np.zeros((1, channels, height, width), np.float32))
+    if labels is None:
+        labels = [str(i) for i in range(probs.size)]
     if probs.size != len(labels):
         raise NetError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
     name = files.run.name if files.run else files.weights.stem

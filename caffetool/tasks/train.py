@@ -63,8 +63,9 @@ def finish(result: session.TrainResult) -> None:
     for line in evaluate.summary(m.get("final", {})):
         print(line)
     if result.weights:
-        print(f"model:      {result.weights} (deploy: {result.run_dir / 'deploy.prototxt'}, "
-              f"labels: {result.run_dir / 'labels.txt'})")
+        beside = [f"{what}: {path}" for what, path in (("deploy", result.run_dir / "deploy.prototxt"),
+                                                       ("labels", result.run_dir / "labels.txt")) if path.is_file()]
+        print(f"model:      {result.weights}" + (f" ({', '.join(beside)})" if beside else ""))
     print(f"curves:     {result.run_dir / 'plots'}")
     if out.status != "finished":
         raise Exit(code=1 if out.status != "interrupted" else 130)
