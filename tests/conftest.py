@@ -1,4 +1,4 @@
-"""Shared fixtures. The engine is the real one that `invoke test` installs before pytest runs."""
+"""Shared fixtures. The engine is the real one that `caffetool test` installs before pytest runs."""
 
 from __future__ import annotations
 

@@ -58,13 +58,13 @@ def test_a_wrong_flag_or_task_is_one_error_line(tmp_path: Path) -> None:
 
 def test_relative_flags_mean_the_current_folder(tmp_path: Path) -> None:
     refused(run(CAFFETOOL, "data.info", "--data-dir", "mine", cwd=tmp_path),
-            f"data set fashion-mnist not found in {tmp_path / 'mine'} — run `invoke data.fetch --dataset fashion-mnist`")
+            f"data set fashion-mnist not found in {tmp_path / 'mine'} — run `caffetool data.fetch --dataset fashion-mnist`")
 
 
 def test_reads_invoke_yaml_in_the_current_folder(tmp_path: Path) -> None:
     (tmp_path / "invoke.yaml").write_text("data:\n  dir: lab/data\n")
     refused(run(CAFFETOOL, "data.info", cwd=tmp_path),
-            f"data set fashion-mnist not found in {tmp_path / 'lab/data'} — run `invoke data.fetch --dataset fashion-mnist`")
+            f"data set fashion-mnist not found in {tmp_path / 'lab/data'} — run `caffetool data.fetch --dataset fashion-mnist`")
 
 
 def test_refuses_a_broken_invoke_yaml_by_name(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def test_lmdb_map_grows_as_needed(tmp_path):
 def fashion_raw(tmp_path_factory):
     """Fashion-MNIST from Debian's package, decompressed (Caffe's converter reads raw IDX)."""
     if not FASHION_DIR.is_dir():
-        pytest.fail(f"{FASHION_DIR} is missing: `invoke test` installs dataset-fashion-mnist")
+        pytest.fail(f"{FASHION_DIR} is missing: `caffetool test` installs dataset-fashion-mnist")
     out = tmp_path_factory.mktemp("fashion")
     paths = {}
     for f in FASHION_MNIST.files:

@@ -72,12 +72,12 @@ def test_two_sgd_iterations_change_the_weights(caffe, tmp_path):
 def test_locate_without_install_says_how_to_fix(tmp_path):
     with pytest.raises(EngineNotFound) as err:
         locate(tmp_path / "nothing-here")
-    assert str(err.value) == f"no Caffe engine at {tmp_path / 'nothing-here'} — run `invoke engine.install`"
+    assert str(err.value) == f"no Caffe engine at {tmp_path / 'nothing-here'} — run `caffetool engine.install`"
 
 
 def test_prefix_without_binary_is_corrupt(tmp_path, engine):
     (tmp_path / MANIFEST).write_text(json.dumps(engine.manifest))
-    with pytest.raises(EngineCorrupt, match=r"bin/caffe is missing or not executable — run `invoke engine.install --force`"):
+    with pytest.raises(EngineCorrupt, match=r"bin/caffe is missing or not executable — run `caffetool engine.install --force`"):
         locate(tmp_path)
 
 

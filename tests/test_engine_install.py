@@ -47,7 +47,7 @@ def test_interrupted_build_leaves_no_prefix_and_no_staging(tmp_path, engine, sig
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-# SIGTERM goes through the task layer's handler, as it does for `invoke engine.install`.
+# SIGTERM goes through the task layer's handler, as it does for `caffetool engine.install`.
 SCRIPT_TERM = """
 import signal, sys
 from caffetool.tasks._common import _interrupt

@@ -95,7 +95,7 @@ def test_missing_data_set_says_how_to_fetch(tmp_path):
     done = invoke("data.info", "--dataset", "mnist", "--data-dir", str(tmp_path))
     assert done.returncode == 1
     assert done.stderr.strip() == (f"Error: data set mnist not found in {tmp_path} — "
-                                   "run `invoke data.fetch --dataset mnist`")
+                                   "run `caffetool data.fetch --dataset mnist`")
 
 
 def test_unknown_data_set_lists_the_choices():
@@ -114,7 +114,7 @@ def test_malformed_idx_through_the_task_exits_non_zero_and_leaves_nothing(tmp_pa
 
 
 def fetch_child(data_dir, *flags):
-    """`invoke data.fetch` for Fashion-MNIST as a separate process, to be killed by the test."""
+    """`caffetool data.fetch` for Fashion-MNIST as a separate process, to be killed by the test."""
     return subprocess.Popen([sys.executable, "-m", "invoke", "data.fetch", "--dataset", "fashion-mnist",
                              "--data-dir", str(data_dir), *flags], cwd=PROJECT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -163,7 +163,7 @@ def own_copy(fetched, tmp_path):
     return tmp_path, tmp_path / "fashion-mnist" / "train_lmdb"
 
 
-FIX = "rerun `invoke data.fetch --dataset fashion-mnist --force`"
+FIX = "rerun `caffetool data.fetch --dataset fashion-mnist --force`"
 
 
 @pytest.mark.parametrize("task", [("data.info",), ("data.mean",), ("train", "--max-iter", "10")])

@@ -56,6 +56,9 @@ def test_a_run_ending_between_tests_is_tested_at_its_last_iteration(engine, fash
     assert (f"final test: iteration 30: accuracy {expected.outputs['accuracy']:.4f}, "
             f"loss {expected.outputs['loss']:.4f} (caffe test)") in done.stdout
     assert "final_test" in json.loads((run / "manifest.json").read_text())["timings_s"]
+    kept = (run / "caffe_test.log").read_text()
+    assert kept.startswith("==> the final test of test net #0 at iteration 30 <==\n")
+    assert f"accuracy = {expected.outputs['accuracy']:g}" in kept
 
 
 def test_caffes_own_test_at_the_last_iteration_is_kept(engine, fashion_data, tmp_path):
@@ -134,3 +137,9 @@ def test_without_weights_at_the_last_iteration_the_figure_is_not_measured(engine
     loss = m.test[0][-1]["loss"]
     assert evaluate.summary(record) == [f"final test: iteration 10: loss {loss:.4f}",
                                         "            not measured at iteration 15: no weights were saved at iteration 15"]
+
+
+def test_a_run_that_did_not_finish_names_its_last_test_as_such():
+    final = {"iteration": 25, "test0": {"NumIters": 0, "Seconds": 0.1, "LearningRate": 0.01, "accuracy": 0.1}}
+    assert evaluate.summary(final, finished=False) == ["last test:  iteration 0: accuracy 0.1000"]
+    assert evaluate.summary(final) == ["final test: iteration 0: accuracy 0.1000"]

@@ -175,7 +175,7 @@ def test_a_bad_invoke_variable_is_named(user_env):
 
 
 def test_output_cut_short_by_its_reader_stops_quietly():
-    """``invoke memory.estimate ... | head -1``: the reader leaves after a line, the task stops, no traceback."""
+    """``caffetool memory.estimate ... | head -1``: the reader leaves after a line, the task stops, no traceback."""
     child = subprocess.Popen([str(INVOKE), "memory.estimate", "--model", "googlenet", "--json"], cwd=PROJECT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                              env={**os.environ, "PYTHONPATH": PROJECT_DIR})

@@ -238,7 +238,7 @@ def test_missing_dataset_is_refused_through_the_task(tmp_path):
     done = invoke("model.generate", "--model", "lenet", "--dataset", "mnist", "--data-dir", str(tmp_path),
                   "--out", str(tmp_path / "run"))
     assert done.returncode == 1
-    assert done.stderr.strip() == f"Error: data set mnist not found in {tmp_path} — run `invoke data.fetch --dataset mnist`"
+    assert done.stderr.strip() == f"Error: data set mnist not found in {tmp_path} — run `caffetool data.fetch --dataset mnist`"
     assert not (tmp_path / "run").exists()
 
 

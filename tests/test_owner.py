@@ -70,7 +70,7 @@ def test_a_running_run_whose_owner_is_gone_is_settled_as_interrupted(tmp_path):
     assert settled["status"] == "interrupted" and settled["exit_code"] is None
     assert settled["message"] == (f"the process that was training it (pid {settled['owner']['pid']}) ended without "
                                   "recording an outcome; continue from its newest complete snapshot with "
-                                  "`invoke train.resume r1`")
+                                  "`caffetool train.resume r1`")
     assert json.loads((run / rundir.MANIFEST).read_text()) == settled
     assert not (run / owner.ROOM).exists()
 

@@ -4,6 +4,7 @@ with the real ``caffe train``, the user's folder untouched."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from caffetool.checksum import sha256_file
 from caffetool.demo import classifier
 from caffetool.engine.locate import caffe_env
-from caffetool.errors import DataError, NetError, RunError
+from caffetool.errors import ConfigError, DataError, NetError, RunError
 from caffetool.nets.solver import SolverOptions
 from caffetool.train import project, session
 from tests.caffe_root import AUTOENCODER_SOLVER, lay_out
@@ -86,7 +87,7 @@ def test_bvlc_lenet_trains_from_its_run_directory(engine, caffe, fashion_data, t
         "lenet_iter_20.caffemodel", "lenet_iter_20.solverstate"]
     assert tree_hash(root) == before
     mnist = root / "examples/mnist"
-    assert loaded.files == {
+    assert project.checksums(loaded.reads) == {
         str(mnist / "lenet_solver.prototxt"): sha256_file(mnist / "lenet_solver.prototxt"),
         str(mnist / "lenet_train_test.prototxt"): sha256_file(mnist / "lenet_train_test.prototxt"),
         str(fashion_data.db("train").resolve() / "data.mdb"): sha256_file(fashion_data.db("train") / "data.mdb"),
@@ -228,3 +229,37 @@ def test_type_replaces_the_files_only_when_given(engine, caffe, fashion_data, tm
     loaded = project.load("old/solver.prototxt", engine, pb2, cwd=tmp_path)
     project.override(loaded, SolverOptions.from_flags(type=flag), False, pb2, type_given=flag is not None)
     assert loaded.solver.type == expected
+
+
+def test_a_gpu_run_checks_the_users_net_against_gpu_memory_first(engine, caffe, fashion_data, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: a stand-in GPU (devices.choose and preflight.gpu_memory replaced) of 420 MiB, 20 MiB
+    once the 400 MiB reserve is kept, which BVLC's LeNet at batch 64 does not fit."""
+    from caffetool.train import devices, preflight  # noqa: PLC0415
+
+    root = lay_out(tmp_path / "caffe", engine, fashion_data)
+    monkeypatch.chdir(root)
+    loaded = project.load(LENET_SOLVER, engine, caffe.proto.caffe_pb2)
+    assert project.data_shape(loaded.train_net, caffe.proto.caffe_pb2) == (1, 28, 28)
+    monkeypatch.setattr(session.devices, "choose",
+                        lambda engine, request: devices.Devices(["-gpu", "0"], "GPU 0 (1 x stand-in)", True))
+    monkeypatch.setattr(preflight, "gpu_memory", lambda: [420 * 2**20])
+    request = session.TrainRequest(solver=LENET_SOLVER, runs_dir=tmp_path / "runs", name="big")
+    with pytest.raises(ConfigError) as refused:
+        session.train(engine, request, say=lambda _: None, progress=False)
+    fits = int(re.search(r"the largest batch that fits is (\d+) — use --batch-size \1 with --iter-size",
+                         str(refused.value)).group(1))
+    assert 1 <= fits < 64 and "more than the 0.02 GiB available (0.4 GiB less 400 MiB kept free)" in str(refused.value)
+    assert not (tmp_path / "runs" / "big").exists()
+
+
+def test_batch_size_flags_replace_the_data_layers_batches(engine, caffe, fashion_data, tmp_path: Path) -> None:
+    root = lay_out(tmp_path / "caffe", engine, fashion_data)
+    pb2 = caffe.proto.caffe_pb2
+    loaded = project.load(LENET_SOLVER, engine, pb2, cwd=root)
+    project.set_batches(loaded, 16, 25, pb2)
+    train = {layer.name + str(layer.include[0].phase): layer.data_param.batch_size for layer in loaded.train_net.layer
+             if layer.type == "Data"}
+    assert train == {"mnist0": 16, "mnist1": 100}  # the TRAIN layer's batch, BVLC's TEST batch kept in the train net
+    assert [layer.data_param.batch_size for layer in loaded.test_nets[0].layer
+            if layer.type == "Data" and layer.include[0].phase == pb2.TEST] == [25]

@@ -14,7 +14,7 @@ from .smalldisk import small_disk
 
 def test_claim_makes_a_named_run_once(tmp_path):
     assert rundir.claim(tmp_path / "runs", "a") == tmp_path / "runs" / "a"
-    with pytest.raises(ConfigError, match=r"already exists; choose another --name \(or `invoke train.resume a`"):
+    with pytest.raises(ConfigError, match=r"already exists; choose another --name \(or `caffetool train.resume a`"):
         rundir.claim(tmp_path / "runs", "a")
 
 

@@ -62,7 +62,7 @@ def test_phases_from_start_to_a_snapshot_then_stop(supervisor):
     outcome = supervisor.outcome(0, {}, 1.0)
     assert (outcome.status, outcome.message) == (
         "interrupted", "interrupted at iteration 7 (snapshot snapshots/lenet_iter_7.solverstate); "
-        "continue with `invoke train.resume RUN`")
+        "continue with `caffetool train.resume RUN`")
 
 
 def test_a_second_interrupt_stops_without_the_snapshot(supervisor):
@@ -92,7 +92,7 @@ def test_a_failure_to_record_kills_and_says_why(supervisor):
     outcome = supervisor.outcome(-9, {}, 1.0)
     assert (outcome.status, outcome.message) == (
         "failed", "cannot write caffe.log: No space left on device; Caffe was stopped at iteration 10. "
-        "Once that is fixed, continue with `invoke train.resume RUN`")
+        "Once that is fixed, continue with `caffetool train.resume RUN`")
 
 
 def test_the_child_dies_with_its_parent():

@@ -34,7 +34,7 @@ def test_info_json_reports_mode_sha256_and_patches(engine):
 def test_missing_engine_is_one_clear_error(tmp_path):
     done = invoke("engine.info", "--prefix", str(tmp_path / "none"))
     assert done.returncode == 1
-    assert done.stderr.strip() == f"Error: no Caffe engine at {tmp_path / 'none'} — run `invoke engine.install`"
+    assert done.stderr.strip() == f"Error: no Caffe engine at {tmp_path / 'none'} — run `caffetool engine.install`"
     assert "Traceback" not in done.stderr
 
 

@@ -208,7 +208,7 @@ def test_gpu_request_on_a_cpu_engine_is_refused_before_anything(data_dir, tmp_pa
     done = train(data_dir, tmp_path, gpu="all", name="gpu")
     assert done.returncode == 1
     assert done.stderr.startswith("Error: --gpu all asks for GPUs, but the engine at ")
-    assert "was built CPU-only; rebuild it with `invoke engine.install --cuda --nccl --force`" in done.stderr
+    assert "was built CPU-only; rebuild it with `caffetool engine.install --cuda --nccl --force`" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -163,7 +163,7 @@ def _existing(spec: DatasetSpec, data_dir: str | Path | None, backend: str) -> l
         existing = layout.load(spec, data_dir)
     except layout.DatasetMissing:
         raise DataError(f"{out} exists but is not a complete data set (no {layout.MANIFEST}); "
-                        f"rerun `invoke data.fetch --dataset {spec.name} --force` to rebuild it") from None
+                        f"rerun `caffetool data.fetch --dataset {spec.name} --force` to rebuild it") from None
     if existing.backend != backend:
         raise ConfigError(f"{out} holds {existing.backend} databases; rerun with --force "
                           f"to replace them with {backend}")

@@ -57,7 +57,12 @@ class Dataset:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return tuple(self.manifest["splits"]["train"]["shape"])
+        """(channels, height, width) of every training image; images of several sizes are refused."""
+        shape = self.manifest["splits"]["train"]["shape"]
+        if not shape:
+            raise DataError(f"the images of {self.path} are not all the same size; rebuild it with "
+                            "`caffetool data.images ... --resize-height H --resize-width W --force`")
+        return tuple(shape)
 
     def db(self, split: str) -> Path:
         return self.path / self.manifest["splits"][split]["db"]
@@ -73,13 +78,18 @@ class Dataset:
 def load(spec: DatasetSpec, data_dir: str | Path | None) -> Dataset:
     """The fetched data set, checked: manifest readable, databases whole, with their counts."""
     path = dataset_dir(spec, data_dir)
-    fix = f"rerun `invoke data.fetch --dataset {spec.name} --force`"
+    return load_folder(path, f"rerun `caffetool data.fetch --dataset {spec.name} --force`",
+                       f"data set {spec.name} not found in {path.parent} — run "
+                       f"`caffetool data.fetch --dataset {spec.name}`")
+
+
+def load_folder(path: Path, fix: str, missing: str | None = None) -> Dataset:
+    """The data set in ``path`` (fetched, or made by ``data.images``), checked as :func:`load` says;
+    ``fix`` is the command that rebuilds it, ``missing`` what to say when it has no manifest."""
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError:
-        raise DatasetMissing(
-            f"data set {spec.name} not found in {path.parent} — run `invoke data.fetch --dataset {spec.name}`"
-        ) from None
+        raise DatasetMissing(missing or f"{path} holds no data set ({MANIFEST} is missing); {fix}") from None
     except (OSError, ValueError) as e:
         raise DataError(f"{path / MANIFEST} is unreadable ({e}); {fix}") from e
     dataset = Dataset(path, manifest)
@@ -87,6 +97,9 @@ def load(spec: DatasetSpec, data_dir: str | Path | None) -> Dataset:
         try:
             where, expected = dataset.db(split), dataset.count(split)
         except (KeyError, TypeError) as e:
+            if split == "test" and "splits" in manifest and "train" in manifest["splits"]:
+                raise DataError(f"{path} has no test split, which training and its test nets need; "
+                                f"rebuild it with a --val-fraction (e.g. 0.1): {fix}") from None
             raise DataError(f"{path / MANIFEST} does not describe the {split} split ({e!r}); {fix}") from e
         if not where.is_dir():
             raise DataError(f"{where} is missing; {fix}")

@@ -1,9 +1,10 @@
 """A trained model loaded once for the demo: deploy net, weights, labels and the transform.
 
 From a run directory everything is known: ``deploy.prototxt``, the newest ``.caffemodel``,
-``labels.txt``, and the TEST-phase transform of ``train_val.prototxt`` (scale, mean). Files can
-also be given one by one. The model is first built in a child process (Caffe aborts the process
-on a corrupt file), so a bad model fails start-up with a clear message, not the first request.
+``labels.txt``, and the TEST-phase transform (scale, mean) of ``train_val.prototxt`` or, for a
+``--solver`` run, of its first test net. Files can also be given one by one. The model is first
+built in a child process (Caffe aborts the process on a corrupt file), so a bad model fails start-up
+with a clear message, not the first request.
 Two backends: pycaffe (``caffe.Net``, exact) and OpenCV DNN (``cv2.dnn.readNetFromCaffe``); both
 run forward passes one at a time behind a lock, since neither net object is thread-safe.
 """
@@ -166,10 +167,15 @@ def _input_shape(net: Any, path: Path) -> tuple[int, int, int]:
     raise NetError(f"{path} has no 4-D Input layer (N, C, H, W) to take images")
 
 
+TRAINED_NETS = ("train_val.prototxt", "test_net_0.prototxt", "train_net.prototxt")
+"""Where a run's data transform is: the generated net, or a ``--solver`` run's copies of the user's nets."""
+
+
 def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width: int) -> preprocess.Transform:
     scale, mean = 1.0, None
-    train_val = files.run / "train_val.prototxt" if files.run else None
-    if train_val and train_val.exists():
+    train_val = next((files.run / name for name in TRAINED_NETS if (files.run / name).is_file()), None) \
+        if files.run else None
+    if train_val:
         net = prototxt.read(train_val, caffe.proto.caffe_pb2.NetParameter())
         data = [layer for layer in net.layer if layer.type == "Data"]
         test = next((layer for layer in data if any(r.phase == caffe.proto.caffe_pb2.TEST for r in layer.include)),

@@ -1,6 +1,6 @@
 """Configure, compile and stage-install Caffe with CMake.
 
-This is the single build recipe: ``invoke engine.install`` on a host and the Docker images run
+This is the single build recipe: ``caffetool engine.install`` on a host and the Docker images run
 the same steps (through the same task), with only :class:`BuildOptions` differing. Each step
 writes its full output to the build log; the terminal shows a progress bar fed by make's own
 ``[ 42%]`` markers.

@@ -55,7 +55,7 @@ class EngineInfo:
     def tool(self, name: str) -> Path:
         path = self.tools.get(name)
         if not path:
-            raise EngineCorrupt(f"{self.prefix} has no {name} — run `invoke engine.install --force`")
+            raise EngineCorrupt(f"{self.prefix} has no {name} — run `caffetool engine.install --force`")
         return Path(path)
 
     @property
@@ -80,7 +80,7 @@ def locate(prefix: str | os.PathLike[str] | None = None, probe: bool = True, gpu
     """
     root = config.engine_prefix(prefix)
     if not root.is_dir() or not any(root.iterdir()):
-        raise EngineNotFound(f"no Caffe engine at {root} — run `invoke engine.install`")
+        raise EngineNotFound(f"no Caffe engine at {root} — run `caffetool engine.install`")
     manifest_path = root / MANIFEST
     try:
         manifest = json.loads(manifest_path.read_text())
@@ -108,7 +108,7 @@ def locate(prefix: str | os.PathLike[str] | None = None, probe: bool = True, gpu
 
 
 def _corrupt(root: Path, why: str) -> str:
-    return f"{root} is not a valid Caffe engine: {why} — run `invoke engine.install --force`"
+    return f"{root} is not a valid Caffe engine: {why} — run `caffetool engine.install --force`"
 
 
 def _probe(info: EngineInfo) -> None:

@@ -34,7 +34,7 @@ def reported() -> Iterator[None]:
     except KeyboardInterrupt:
         raise Exit("Error: interrupted; nothing half-done was kept", code=130) from None
     except BrokenPipeError:
-        # The reader of the output went away (`invoke ... | head`): stop quietly, as shell tools do,
+        # The reader of the output went away (`caffetool ... | head`): stop quietly, as shell tools do,
         # and keep Python's exit-time flush from failing again on the closed pipe.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise Exit(code=128 + signal.SIGPIPE) from None

@@ -1,4 +1,4 @@
-"""``invoke data.*``: fetch data sets or convert your own images into Caffe databases, inspect them, compute means."""
+"""``caffetool data.*``: fetch data sets or convert your own images into Caffe databases, inspect them, compute means."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ from caffetool.choices import SECONDS, Limit, bounded, choose, input_file, numbe
 from caffetool.data import convert as idx_convert
 from caffetool.data import fetch as data_fetch
 from caffetool.data import images as images_db
-from caffetool.data import layout, mean, registry
+from caffetool.data import layout, lookup, mean, registry
 from caffetool.engine import locate
 from caffetool.tasks._common import pick, task
 
-DATASET_HELP = f"data set: {', '.join(registry.DATASETS)}"
+DATASET_HELP = f"data set: {', '.join(registry.DATASETS)}, or a folder made by data.images"
+FETCH_HELP = f"data set to fetch: {', '.join(registry.DATASETS)}"
 PER_CLASS = Limit("a number of samples per class", 1, 1000, kind=int)
 SPLITS = ("train", "test")
 
 
 @task(help={
-    "dataset": DATASET_HELP,
+    "dataset": FETCH_HELP,
     "source": "folder or base URL holding the IDX files (tried before system copies and mirrors)",
     "backend": "database format: lmdb or leveldb",
     "force": "rebuild the databases even if present",
@@ -47,9 +48,8 @@ def fetch(c: Context, dataset: str | None = None, source: str | None = None, bac
             "per_class": "samples per class in the contact sheet, 1 to 1000 (default 12)"})
 def info(c: Context, dataset: str | None = None, data_dir: str | None = None, per_class: str = "12") -> None:
     """Counts, class histogram, checksums and a PNG contact sheet of a data set."""
-    spec = registry.get(pick(dataset, c.data.dataset))
     samples = bounded(per_class, "--per-class", PER_CLASS)
-    ds = layout.load(spec, writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
+    ds = lookup.find(pick(dataset, c.data.dataset), writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
     m = ds.manifest
     print(f"{m['title']} — {ds.path} ({ds.backend}, images {'x'.join(map(str, ds.shape))})")
     width = max(len(name) for name in ds.classes)
@@ -79,9 +79,9 @@ def mean_(c: Context, dataset: str | None = None, data_dir: str | None = None, s
         target = output_file(out, "--out") if out else source.absolute().parent / "mean.binaryproto"
         what = "records"
     else:
-        spec = registry.get(pick(dataset, c.data.dataset))
         split = choose(split, SPLITS, "--split")
-        ds = layout.load(spec, writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
+        ds = lookup.find(pick(dataset, c.data.dataset),
+                         writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
         source = ds.db(split)
         target = ds.path / ("mean.binaryproto" if split == "train" else f"mean_{split}.binaryproto")
         what = f"{split} images"

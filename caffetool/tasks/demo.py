@@ -1,4 +1,4 @@
-"""``invoke demo.*``: serve a trained model over HTTP, or classify images from the command line."""
+"""``caffetool demo.*``: serve a trained model over HTTP, or classify images from the command line."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def newest_run(runs_root: Path) -> Path:
     trained = [(weights.stat().st_mtime, run) for run in sorted(runs_root.glob("*/"))
                if (weights := snapshots.newest_weights(run)) is not None]
     if not trained:
-        raise RunError(f"no trained run in {runs_root} — run `invoke train` first, or pass --deploy/--weights/--labels")
+        raise RunError(f"no trained run in {runs_root} — run `caffetool train` first, or pass --deploy/--weights/--labels")
     return max(trained, key=lambda pair: pair[0])[1]
 
 

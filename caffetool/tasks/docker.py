@@ -1,4 +1,4 @@
-"""``invoke docker.*``: build the images, train and serve the demo inside them.
+"""``caffetool docker.*``: build the images, train and serve the demo inside them.
 
 Every Docker call goes through Invoke's ``c.run`` (which the tests replace with ``MockContext``,
 there being no Docker daemon on the machines they run on).
@@ -63,7 +63,7 @@ def _made(*folders: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
 
 
-@task(help={**IMAGE_HELP, "args": "arguments for `invoke train` inside the image, e.g. \"--gpu all --max-iter 500\"",
+@task(help={**IMAGE_HELP, "args": "arguments for `caffetool train` inside the image, e.g. \"--gpu all --max-iter 500\"",
             "data_dir": "host data folder (mounted)", "runs_dir": "host runs folder (mounted)"})
 def train(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
           args: str = "", data_dir: str | None = None, runs_dir: str | None = None) -> None:

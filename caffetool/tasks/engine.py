@@ -1,4 +1,4 @@
-"""``invoke engine.*``: install, inspect and prove the Caffe engine."""
+"""``caffetool engine.*``: install, inspect and prove the Caffe engine."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``invoke memory.*``: estimate, fit, measure, and the published figures recomputed."""
+"""``caffetool memory.*``: estimate, fit, measure, and the published figures recomputed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from caffetool.tasks._common import task
 
 NET_HELP = {
     "model": "model name (invoke model.list)", "net": "a train/test or deploy prototxt instead",
-    "batch_size": "training batch size", "type": f"solver type (any case): {', '.join(est.HISTORY)}",
+    "solver": "a solver.prototxt instead: its train net, type and iter_size (paths relative to here)",
+    "batch_size": "training batch size",
+    "type": f"solver type (any case): {', '.join(est.HISTORY)} (default: the solver file's, else SGD)",
     "phase": "train (solver: train net after forward+backward, test net after a test) or test (inference)",
     "mode": "cpu or gpu", "dtype": "fp32 or fp16", "iter_size": "gradient accumulation (default 1)",
     "input_shape": "C,H,W of the images a Data layer reads (needed with --net)",
@@ -26,14 +28,17 @@ NET_HELP = {
 
 
 def _load(c: Context, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
-          solver_type: str, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
-          test_net: bool = True) -> tuple[Any, nets.NetSource, est.Options]:
-    """The net and the estimator's options from the flags; numbers are checked before Caffe is loaded."""
-    batch, accumulate = count(batch_size, "--batch-size"), count(iter_size, "--iter-size") or 1
-    caffe = import_caffe(locate(c.engine.prefix, probe=False))
-    source = nets.load(caffe, model, net, input_shape, c.model.dir, batch)
-    options = est.Options(phase=phase, mode=mode, solver=solver_type, dtype=dtype, batch=batch, iter_size=accumulate,
-                          cudnn=cudnn, input_shape=source.input_shape, test_net=test_net)
+          solver_type: str | None, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
+          test_net: bool = True, solver: str | None = None) -> tuple[Any, nets.NetSource, est.Options]:
+    """The net and the estimator's options from the flags, which win over a solver file's settings;
+    numbers are checked before Caffe is loaded."""
+    batch, accumulate = count(batch_size, "--batch-size"), count(iter_size, "--iter-size")
+    engine = locate(c.engine.prefix, probe=False)
+    caffe = import_caffe(engine)
+    source = nets.load(caffe, model, net, input_shape, c.model.dir, batch, solver_file=solver, engine=engine)
+    options = est.Options(phase=phase, mode=mode, solver=solver_type or source.solver_type or "SGD", dtype=dtype,
+                          batch=batch, iter_size=accumulate or source.iter_size or 1, cudnn=cudnn,
+                          input_shape=source.input_shape, test_net=test_net)
     return caffe, source, options
 
 
@@ -44,13 +49,13 @@ def without(*drop: str) -> dict[str, str]:
 
 @task(help={**NET_HELP, "json": "print the estimate as JSON", "plot": "write a PNG of memory per layer"})
 def estimate(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
-             type: str = "SGD", phase: str = "train", mode: str = "cpu", dtype: str = "fp32",
+             type: str | None = None, phase: str = "train", mode: str = "cpu", dtype: str = "fp32",
              iter_size: str | None = None, input_shape: str | None = None, cudnn: bool = False,
-             no_test_net: bool = False, json_: bool = False, plot: str | None = None) -> None:
+             no_test_net: bool = False, json_: bool = False, plot: str | None = None, solver: str | None = None) -> None:
     """Per-layer memory and compute of a net, by Caffe's own allocation rules (no Caffe run)."""
     picture = output_file(plot, "--plot") if plot else None
     _, source, options = _load(c, model, net, input_shape, batch_size, type, phase, mode, dtype, iter_size,
-                               cudnn, not no_test_net)
+                               cudnn, not no_test_net, solver)
     e = est.estimate(source.net, options, source.text, source.origin)
     fixed, per = est.per_sample(source.net, options, source.text)
     if json_:
@@ -66,9 +71,9 @@ def estimate(c: Context, model: str | None = None, net: str | None = None, batch
 @task(help={**without("phase", "mode"), "gpu_memory": "card memory, e.g. 12GiB", "gpu": f"a card: {', '.join(gpus.GPUS)}",
             "reserve": "memory kept free for the CUDA context and fragmentation"})
 def fit(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
-        type: str = "SGD", dtype: str = "fp32", iter_size: str | None = None, input_shape: str | None = None,
+        type: str | None = None, dtype: str = "fp32", iter_size: str | None = None, input_shape: str | None = None,
         cudnn: bool = False, no_test_net: bool = False, gpu_memory: str | None = None, gpu: str | None = None,
-        reserve: str = "400MiB") -> None:
+        reserve: str = "400MiB", solver: str | None = None) -> None:
     """Will it fit? The largest batch for a GPU, and ranked changes when the wanted batch does not."""
     from caffetool.memory import fit as fitting  # noqa: PLC0415
 
@@ -78,12 +83,12 @@ def fit(c: Context, model: str | None = None, net: str | None = None, batch_size
     kept = gpus.parse_size(reserve, "--reserve")
     fitting.check_budget(capacity, kept)  # before the net is loaded: nothing to estimate against
     _, source, options = _load(c, model, net, input_shape, batch_size, type, "train", "gpu", dtype, iter_size,
-                               cudnn, not no_test_net)
+                               cudnn, not no_test_net, solver)
     f = fitting.fit(source.net, options, capacity, kept, source.text)
     print("\n".join(table.fit_lines(source.name, gpu or gpu_memory, options, f)))
 
 
-@task(help={**without("phase", "dtype", "iter_size", "cudnn", "no_test_net"),
+@task(help={**without("phase", "dtype", "iter_size", "cudnn", "no_test_net", "solver"),
             "classes": "number of classes of the random labels (default: the model's)",
             "device": "with --mode gpu: the GPU to measure on, by id (default 0)"})
 def measure(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,

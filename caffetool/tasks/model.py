@@ -1,4 +1,4 @@
-"""``invoke model.*``: generate and list nets and solvers."""
+"""``caffetool model.*``: generate and list nets and solvers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from invoke import Collection, Context
 
 from caffetool.choices import count, writable_folder
-from caffetool.data import layout, registry
+from caffetool.data import lookup
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
 from caffetool.nets import generate as net_generate
@@ -43,7 +43,7 @@ def solver_flags(params: dict[str, Any]) -> dict[str, Any]:
 
 @task(iterable=["stepvalue"], help={
     "model": "model name (invoke model.list)", "net": "your own train/test prototxt instead of --model",
-    "dataset": "data set (fetched with data.fetch)", "batch_size": "training batch size",
+    "dataset": "data set (fetched with data.fetch), or a folder made by data.images", "batch_size": "training batch size",
     "test_batch_size": "test batch size", "out": "output directory (default: <runs.dir>/generated/<model>)",
     "force": "replace existing files in --out", "data_dir": "where data sets are", **SOLVER_HELP,
 })
@@ -63,11 +63,10 @@ def generate(c: Context, model: str | None = None, net: str | None = None, datas
         raise ConfigError("give exactly one of --model NAME or --net FILE")
     if net:
         prototxt.read_text(Path(net))  # a wrong file is named before the data set is opened
-    spec = registry.get(pick(dataset, c.data.dataset))
     chosen = models.get(model, c.model.dir) if model else None
     name = chosen.name if chosen else Path(net).stem
     target = writable_folder(out or Path(c.runs.dir) / "generated" / name, "--out")
-    ds = layout.load(spec, pick(data_dir, c.data.dir))
+    ds = lookup.find(pick(dataset, c.data.dataset), pick(data_dir, c.data.dir))
     result = net_generate.generate(locate(c.engine.prefix, probe=False), chosen, ds, target, options,
                                    batch, test_batch, Path(net) if net else None, force)
     train = result.report["train"]

@@ -1,4 +1,4 @@
-"""``invoke train`` and ``train.*``: run, resume, test, time, parse and compare trainings."""
+"""``caffetool train`` and ``train.*``: run, resume, test, time, parse and compare trainings."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from caffetool.tasks.model import SOLVER_HELP, solver_flags
 
 
 @task(default=True, iterable=["stepvalue"], help={
-    "model": "model name (invoke model.list)", "dataset": "data set; fetched if missing",
+    "model": "model name (invoke model.list)", "dataset": "data set (fetched if missing), or a folder made by data.images",
     "gpu": "auto, cpu, all, or GPU ids like 0,1", "name": "run name (default: a timestamp)",
     "weights": ".caffemodel to start from (fine-tuning)", "batch_size": "training batch size",
     "test_batch_size": "test batch size", "data_dir": "where data sets are", "runs_dir": "where runs go",
@@ -60,7 +60,7 @@ def finish(result: session.TrainResult) -> None:
     print(f"status:     {out.status} — {out.message}" if out.status != "finished" else "status:     finished")
     print(f"iterations: {m.get('iterations')}  wall {t.get('total', 0):.1f} s "
           f"(setup {t.get('setup', 0):.1f}, training {t.get('training', 0):.1f}, testing {t.get('testing', 0):.1f})")
-    for line in evaluate.summary(m.get("final", {})):
+    for line in evaluate.summary(m.get("final", {}), finished=out.status == "finished"):
         print(line)
     if result.weights:
         beside = [f"{what}: {path}" for what, path in (("deploy", result.run_dir / "deploy.prototxt"),
@@ -85,13 +85,15 @@ def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None =
                          "iterations": "test batches (default: the solver's test_iter)", "runs_dir": "where runs are"})
 def test_(c: Any, run: str, weights: str | None = None, iterations: str | None = None,
           runs_dir: str | None = None) -> None:
-    """Run `caffe test` on a run's final (or given) weights and record accuracy and loss."""
+    """Run `caffe test` on every test net of a run, on its final (or given) weights, and record the outputs."""
     batches = count(iterations, "--iterations")
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
     chosen = input_file(weights, "--weights") if weights else None
-    record = session.test(locate(c.engine.prefix, probe=False, gpus=True), run_dir, chosen, batches)
-    print(f"caffe test on {record.weights.name}, {record.batches} batches: "
-          + ", ".join(f"{k} {v:.4f}" for k, v in record.outputs.items()))
+    records = session.test(locate(c.engine.prefix, probe=False, gpus=True), run_dir, chosen, batches)
+    for r in records:
+        net = f", test net #{r.net}" if len(records) > 1 else ""
+        print(f"caffe test on {r.weights.name}{net}, {r.batches} batches: "
+              + ", ".join(f"{k} {v:.4f}" for k, v in r.outputs.items()))
 
 
 @task(name="time", help={"model": "model name", "batch_size": "batch size (default: the model's)",

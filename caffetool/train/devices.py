@@ -45,14 +45,14 @@ def choose(engine: EngineInfo, request: str = "auto") -> Devices:
             raise ConfigError(f"--gpu {request!r}: use auto, cpu, all or GPU ids like 0,1") from None
     if not cuda:
         raise ConfigError(f"--gpu {request} asks for GPUs, but the engine at {engine.prefix} was built "
-                          "CPU-only; rebuild it with `invoke engine.install --cuda --nccl --force` on a "
+                          "CPU-only; rebuild it with `caffetool engine.install --cuda --nccl --force` on a "
                           "machine with CUDA, or use --gpu cpu")
     if not gpus or any(i >= len(gpus) for i in ids) or not ids:
         raise ConfigError(f"--gpu {request}: {len(gpus)} GPU(s) visible ({', '.join(gpus) or 'none'})")
     if len(ids) > 1 and not nccl:
         raise ConfigError(f"--gpu {request} needs multi-GPU training, which this engine lacks (built "
                           "without NCCL; Caffe would stop with 'Multi-GPU execution not available'); "
-                          "rebuild with `invoke engine.install --cuda --nccl --force`, or pick one GPU")
+                          "rebuild with `caffetool engine.install --cuda --nccl --force`, or pick one GPU")
     flag = ["-gpu", "all" if request == "all" else ",".join(map(str, ids))]
     names = sorted({gpus[i].split(":", 1)[-1].split("(UUID")[0].strip() for i in ids})
     return Devices(flag, f"GPU {','.join(map(str, ids))} ({len(ids)} x {', '.join(names)})", True)

@@ -13,7 +13,8 @@ Limits: ``caffe test`` reads the test data from its first record, while the solv
 carry on where their previous test stopped, so the two agree exactly only when ``test_iter``
 batches cover the test set. Without weights at the last iteration (``snapshot_after_train:
 false``, HDF5 snapshots) the final figure is not measured, and the record says why. These rows
-are not in ``caffe.log``: they are in the metrics files and the manifest.
+are not in ``caffe.log``: they are in the metrics files and the manifest, and ``caffe test``'s own
+output is kept in ``caffe_test.log`` beside it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from caffetool.train.logparse import ROW_KEYS, Metrics, outputs
 
 BY_TRAIN = "caffe train"
 BY_TEST = "caffe test"
+TEST_LOG = "caffe_test.log"
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def measure(engine: EngineInfo, run_dir: Path, solver_file: Path, metrics: Metri
         + ", ".join(f"test net #{t.index} ({t.batches} batches)" for t in untested))
     for t in untested:
         try:
-            outputs = _caffe_test(engine, run_dir, t, weights.absolute(), gpu_flag)
+            result = caffe_test_net(engine, run_dir, t, weights.absolute(), gpu_flag)
         except RunError as e:
             final.not_measured = f"test net #{t.index} ({t.source}): {e}"
             say(f"the final figure of test net #{t.index} is not measured: {e}")
@@ -124,24 +126,37 @@ def measure(engine: EngineInfo, run_dir: Path, solver_file: Path, metrics: Metri
         except KeyboardInterrupt:
             final.not_measured = "interrupted"
             break
+        keep_log(run_dir, f"the final test of test net #{t.index} at iteration {final.iteration}", result.log)
         metrics.add_test(t.index, {"NumIters": final.iteration, "Seconds": last_seconds(metrics),
-                                   "LearningRate": metrics.latest("LearningRate", -1), **outputs})
+                                   "LearningRate": metrics.latest("LearningRate", -1), **result.outputs})
         final.measured_by[f"test{t.index}"] = BY_TEST
     final.seconds = round(time.monotonic() - start, 3)
     return final
 
 
-def _caffe_test(engine: EngineInfo, run_dir: Path, t: TestNet, weights: Path, gpu_flag: list[str]) -> dict[str, float]:
-    """``caffe test`` on one test net, written out with its state (``caffe test`` has no flag for a
-    test net's place in a solver), from the run directory its relative paths resolve against."""
+def caffe_test_net(engine: EngineInfo, run_dir: Path, t: TestNet, weights: Path, gpu_flag: list[str],
+                   batches: int | None = None) -> caffe_commands.TestResult:
+    """``caffe test`` on one test net for ``batches`` (default: its ``test_iter``), written out with its
+    state (``caffe test`` has no flag for a test net's place in a solver), from the run directory its
+    relative paths resolve against."""
     try:
-        with tempfile.TemporaryDirectory(prefix="caffetool-final-test-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="caffetool-test-net-") as tmp:
             model = Path(tmp) / f"test_net{t.index}.prototxt"
             model.write_text(prototxt.to_text(t.net))
-            return caffe_commands.caffe_test(engine, run_dir, weights, t.batches, gpu_flag, model=model,
-                                             level=t.net.state.level).outputs
+            return caffe_commands.caffe_test(engine, run_dir, weights, batches or t.batches, gpu_flag, model=model,
+                                             level=t.net.state.level)
     except OSError as e:
         raise RunError(f"cannot write test net #{t.index} into {tempfile.gettempdir()}: {e.strerror}") from None
+
+
+def keep_log(run_dir: Path, title: str, log: str) -> None:
+    """Append a ``caffe test`` log to the run's :data:`TEST_LOG`, under ``title``: the evidence for
+    figures that ``caffe.log`` does not hold. A log that cannot be written costs only the log."""
+    try:
+        with open(run_dir / TEST_LOG, "a") as f:
+            f.write(f"==> {title} <==\n{log}\n")
+    except OSError:
+        pass
 
 
 def last_figures(m: Metrics) -> dict[str, Any]:
@@ -157,13 +172,14 @@ def last_figures(m: Metrics) -> dict[str, Any]:
     return out
 
 
-def summary(final: dict[str, Any]) -> list[str]:
+def summary(final: dict[str, Any], finished: bool = True) -> list[str]:
     """The run summary's lines for a manifest's ``final``: each test net's figures with the iteration
-    they were measured at (``final test:`` for a lone test net, ``test #k:`` for several)."""
+    they were measured at (``final test:`` for a lone test net, ``last test:`` when the run did not
+    finish, ``test #k:`` for several)."""
     nets = sorted((int(key[4:]), row) for key, row in final.items() if re.fullmatch(r"test\d+", key))
     lines = []
     for net, row in nets:
-        label = "final test:" if len(nets) == 1 else f"test #{net}:"
+        label = ("final test:" if finished else "last test:") if len(nets) == 1 else f"test #{net}:"
         shown = ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in ROW_KEYS and v is not None)
         by = " (caffe test)" if final.get("measured_by", {}).get(f"test{net}") == BY_TEST else ""
         lines.append(f"{label:<11} iteration {row['NumIters']}: {shown}{by}")

@@ -71,7 +71,7 @@ def settle(run_dir: Path) -> dict:
     pid = manifest["owner"].get("pid")
     manifest.update(status="interrupted", exit_code=None, message=(
         f"the process that was training it (pid {pid}) ended without recording an outcome; "
-        f"continue from its newest complete snapshot with `invoke train.resume {run_dir.name}`"))
+        f"continue from its newest complete snapshot with `caffetool train.resume {run_dir.name}`"))
     give_back_room(run_dir)
     try:
         rundir.write_manifest(run_dir, manifest)

@@ -35,9 +35,10 @@ def check(net: Any, options: est.Options, capacities: list[int], reserve: int = 
     budget = min(capacities) - reserve
     if need > budget:
         best = fitting.largest_batch(net, options, budget)
+        fix = (f"the largest batch that fits is {best} — use --batch-size {best} with --iter-size to keep the "
+               "effective batch, or see `caffetool memory.fit`" if best >= 1 else
+               "not even a batch of 1 fits; use a GPU with more memory, or --gpu cpu")
         raise ConfigError(
-            f"this run needs about {need / 2**30:.2f} GiB per GPU, more than the {budget / 2**30:.2f} GiB "
-            f"available ({min(capacities) / 2**30:.1f} GiB less {reserve / 2**20:.0f} MiB kept free); "
-            f"the largest batch that fits is {best} — use --batch-size {best} with --iter-size to keep the "
-            "effective batch, or see `invoke memory.fit`")
+            f"this run needs about {need / 2**30:.2f} GiB per GPU, more than the {max(budget, 0) / 2**30:.2f} GiB "
+            f"available ({min(capacities) / 2**30:.1f} GiB less {reserve / 2**20:.0f} MiB kept free); {fix}")
     return need

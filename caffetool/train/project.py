@@ -39,14 +39,14 @@ NET_PARAM_FIELDS = ("net_param", "train_net_param")
 
 @dataclass
 class Project:
-    """The solver as written, the solver and nets to run, the files read and what was upgraded."""
+    """The solver as written, the solver and nets to run, the files it reads and what was upgraded."""
 
     source: Path
     original: Message
     solver: Message
     train_net: Message
     test_nets: list[Message] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)  # absolute path -> sha256
+    reads: list[Path] = field(default_factory=list)  # every file the run reads, absolute (see checksums)
     notices: list[str] = field(default_factory=list)
 
 
@@ -61,12 +61,28 @@ def load(path: str | Path, engine: EngineInfo, caffe_pb2: ModuleType, cwd: Path 
     if original.HasField("solver_type"):
         solver = _upgraded(engine, "upgrade_solver_proto_text", solver_path, caffe_pb2.SolverParameter())
         notices.append(f"{path}: old solver format upgraded with the engine's upgrade_solver_proto_text")
-    files = {str(solver_path): sha256_file(solver_path)}
-    train = _train_net(solver, here, engine, caffe_pb2, files, notices)
-    tests = _test_nets(solver, here, engine, caffe_pb2, files, notices)
+    reads = [solver_path]
+    train = _train_net(solver, here, engine, caffe_pb2, reads, notices)
+    tests = _test_nets(solver, here, engine, caffe_pb2, reads, notices)
     for net in [train, *tests]:
-        _absolute_data(net, here, files)
-    return Project(solver_path, original, solver, train, tests, files, notices)
+        _absolute_data(net, here, reads)
+    return Project(solver_path, original, solver, train, tests, list(dict.fromkeys(reads)), notices)
+
+
+def checksums(paths: list[Path]) -> dict[str, str]:
+    """The sha256 of each file in ``paths`` (an LMDB's ``data.mdb``, a LevelDB's files, or a list file
+    for a database folder), keyed by absolute path. Reading a large LMDB whole takes a while, so
+    only training asks for it, not the memory estimate."""
+    out: dict[str, str] = {}
+    for path in paths:
+        if path.is_dir():
+            mdb = path / "data.mdb"
+            members = [mdb] if mdb.is_file() else sorted(p for p in path.iterdir() if p.is_file() and p.name != "LOCK")
+        else:
+            members = [path]
+        for member in members:
+            out[str(member.resolve())] = sha256_file(member)
+    return out
 
 
 def write(project: Project, run_dir: Path, caffe_pb2: ModuleType) -> Path:
@@ -95,38 +111,38 @@ def write(project: Project, run_dir: Path, caffe_pb2: ModuleType) -> Path:
 
 
 def _train_net(solver: Message, here: Path, engine: EngineInfo, caffe_pb2: ModuleType,
-               files: dict[str, str], notices: list[str]) -> Message:
+               reads: list[Path], notices: list[str]) -> Message:
     """The one net the solver trains: ``net``/``train_net`` read from a file, or given inline."""
     for name in NET_PARAM_FIELDS:
         if solver.HasField(name):
             return _current(getattr(solver, name), engine, caffe_pb2, name, notices)
     for name in NET_FIELDS:
         if solver.HasField(name):
-            return _net_file(getattr(solver, name), here, engine, caffe_pb2, files, notices)
+            return _net_file(getattr(solver, name), here, engine, caffe_pb2, reads, notices)
     raise NetError("the solver names no net: set `net` (or `train_net`) to the train/test prototxt")
 
 
 def _test_nets(solver: Message, here: Path, engine: EngineInfo, caffe_pb2: ModuleType,
-               files: dict[str, str], notices: list[str]) -> list[Message]:
+               reads: list[Path], notices: list[str]) -> list[Message]:
     """The nets tested: given as ``test_net``/``test_net_param``, or the train net in its TEST phase."""
-    named = [_net_file(p, here, engine, caffe_pb2, files, notices) for p in solver.test_net]
+    named = [_net_file(p, here, engine, caffe_pb2, reads, notices) for p in solver.test_net]
     inline = [_current(n, engine, caffe_pb2, "test_net_param", notices) for n in solver.test_net_param]
     if named or inline:
         return named + inline
     if not solver.test_iter:
         return []
     if solver.HasField("net"):
-        return [_net_file(solver.net, here, engine, caffe_pb2, files, notices) for _ in solver.test_iter]
+        return [_net_file(solver.net, here, engine, caffe_pb2, reads, notices) for _ in solver.test_iter]
     if solver.HasField("net_param"):
         return [_current(solver.net_param, engine, caffe_pb2, "net_param", notices) for _ in solver.test_iter]
     return []
 
 
 def _net_file(name: str, here: Path, engine: EngineInfo, caffe_pb2: ModuleType,
-              files: dict[str, str], notices: list[str]) -> Message:
+              reads: list[Path], notices: list[str]) -> Message:
     """The net in the file ``name`` (relative to ``here``), upgraded if it is in an old format."""
     path = _existing(here / name, "net", NetError)
-    files[str(path)] = sha256_file(path)
+    reads.append(path)
     net = prototxt.read(path, caffe_pb2.NetParameter())
     if net.layers:
         notice = f"{name}: old net format upgraded with the engine's upgrade_net_proto_text"
@@ -158,29 +174,18 @@ def _upgraded(engine: EngineInfo, tool: str, path: Path, message: Message) -> Me
         return prototxt.read(out, message)
 
 
-def _absolute_data(net: Message, here: Path, files: dict[str, str]) -> None:
-    """Make every data ``source`` and ``mean_file`` in ``net`` absolute; checksum what they name."""
+def _absolute_data(net: Message, here: Path, reads: list[Path]) -> None:
+    """Make every data ``source`` and ``mean_file`` in ``net`` absolute; list what they name in ``reads``."""
     for layer in net.layer:
         for param in ("data_param", "image_data_param", "hdf5_data_param", "window_data_param"):
             if layer.HasField(param) and getattr(layer, param).source:
                 block = getattr(layer, param)
                 block.source = str(_existing(here / block.source, f"{layer.name}'s source", DataError))
-                _checksum_data(Path(block.source), files)
+                reads.append(Path(block.source))
         if layer.HasField("transform_param") and layer.transform_param.mean_file:
             mean = _existing(here / layer.transform_param.mean_file, f"{layer.name}'s mean_file", DataError)
             layer.transform_param.mean_file = str(mean)
-            files[str(mean)] = sha256_file(mean)
-
-
-def _checksum_data(source: Path, files: dict[str, str]) -> None:
-    """Checksum an LMDB's ``data.mdb``, a LevelDB's files, or a list file."""
-    if source.is_file():
-        files[str(source)] = sha256_file(source)
-        return
-    mdb = source / "data.mdb"
-    members = [mdb] if mdb.is_file() else sorted(p for p in source.iterdir() if p.is_file() and p.name != "LOCK")
-    for member in members:
-        files[str(member.resolve())] = sha256_file(member)
+            reads.append(mean)
 
 
 def _existing(path: Path, what: str, error: type[Exception]) -> Path:
@@ -220,6 +225,19 @@ def override(project: Project, options: SolverOptions, gpu: bool, caffe_pb2: Mod
     return f"{project.source.name} asks for solver_mode: GPU; training on the CPU" if wanted_gpu and not gpu else None
 
 
+def set_batches(project: Project, batch: int | None, test_batch: int | None, caffe_pb2: ModuleType) -> None:
+    """``--batch-size`` and ``--test-batch-size`` over the files: the ``batch_size`` of every data layer
+    that runs in the TRAIN phase of the train net, and in the TEST phase of the test nets."""
+    for nets, phase, size in (([project.train_net], caffe_pb2.TRAIN, batch),
+                              (project.test_nets, caffe_pb2.TEST, test_batch)):
+        for net in nets if size else []:
+            for layer in net.layer:
+                for param in BATCHED:
+                    if layer.HasField(param) and _in_phase(layer, phase):
+                        getattr(layer, param).batch_size = size
+
+
+BATCHED = ("data_param", "image_data_param", "hdf5_data_param", "window_data_param", "memory_data_param")
 DATA_LAYERS = ("Data", "ImageData", "HDF5Data", "WindowData", "MemoryData", "Input")
 DROPPED_LAYERS = ("Accuracy", "Silence")
 
@@ -252,12 +270,24 @@ def deploy(train: Message, caffe_pb2: ModuleType) -> Message | None:
     return net
 
 
+def data_shape(net: Message, caffe_pb2: ModuleType) -> tuple[int, int, int] | None:
+    """(channels, height, width) of the records the first Data layer of ``net`` reads, before any
+    crop (None when it reads encoded images or no Data layer has records)."""
+    data = next((layer for layer in net.layer if layer.type == "Data" and layer.data_param.source), None)
+    shape = _record_shape(Path(data.data_param.source), 0, caffe_pb2) if data is not None else None
+    return tuple(shape) if shape else None
+
+
 def _in_test(layer: Message, caffe_pb2: ModuleType) -> bool:
-    """Whether ``layer`` is part of the net in the TEST phase (by its ``include``/``exclude`` phases)."""
-    test = caffe_pb2.TEST
+    """Whether ``layer`` is part of the net in the TEST phase."""
+    return _in_phase(layer, caffe_pb2.TEST)
+
+
+def _in_phase(layer: Message, phase: int) -> bool:
+    """Whether ``layer`` is part of the net in ``phase``, by its ``include``/``exclude`` phases."""
     if layer.include:
-        return any(not rule.HasField("phase") or rule.phase == test for rule in layer.include)
-    return not any(rule.HasField("phase") and rule.phase == test for rule in layer.exclude)
+        return any(not rule.HasField("phase") or rule.phase == phase for rule in layer.include)
+    return not any(rule.HasField("phase") and rule.phase == phase for rule in layer.exclude)
 
 
 def _record_shape(source: Path, crop: int, caffe_pb2: ModuleType) -> list[int] | None:

@@ -35,7 +35,7 @@ def claim(runs_dir: Path, name: str | None) -> Path:
         path = runs_dir / name
         if not _new_dir(path):
             raise ConfigError(f"run {path} already exists; choose another --name "
-                              f"(or `invoke train.resume {name}` to continue it)")
+                              f"(or `caffetool train.resume {name}` to continue it)")
         return path
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for n in range(1, 1000):

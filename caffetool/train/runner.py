@@ -151,7 +151,7 @@ class Supervisor:
             return RunOutcome(Stop.DIVERGED.value, code, m, message, samples, seconds)
         if self.stop is Stop.FAILED:
             message = (f"{self.failure}; Caffe was stopped at iteration {m.iteration}. Once that is "
-                       "fixed, continue with `invoke train.resume RUN`")
+                       "fixed, continue with `caffetool train.resume RUN`")
             return RunOutcome(Stop.FAILED.value, code, m, message, samples, seconds)
         if self.stop is Stop.INTERRUPTED:
             snap = next((s for s in reversed(m.snapshots) if s.endswith(snapshots.STATE)), None)
@@ -159,7 +159,7 @@ class Supervisor:
             where = f"snapshot {snap}" if snap else "no snapshot"
             return RunOutcome(Stop.INTERRUPTED.value, code, m, f"interrupted at iteration "
                               f"{m.iteration if at is None else at} ({where}); continue with "
-                              "`invoke train.resume RUN`", samples, seconds)
+                              "`caffetool train.resume RUN`", samples, seconds)
         if code != 0 or m.fatal:
             fatal = f"Caffe stopped: {m.fatal}" if m.fatal else f"caffe train ended ({exit_status(code)})"
             return RunOutcome("failed", code, m, fatal + "\nlast log lines:\n  " + "\n  ".join(list(self.tail)[-6:]),

@@ -1,4 +1,4 @@
-"""``invoke train``, ``train.resume`` and ``train.test``: a run directory from setup to its complete record.
+"""``caffetool train``, ``train.resume`` and ``train.test``: a run directory from setup to its complete record.
 
 Setup reuses the data and model layers (a missing data set is fetched, the three prototxt files
 are generated and validated into the run directory); then the runner trains, and the manifest,
@@ -27,12 +27,11 @@ from typing import Any
 
 import caffetool
 from caffetool import fsio
-from caffetool.checksum import sha256_file
-from caffetool.data import fetch, layout, registry
+from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import CaffeRefused, ConfigError, RunError
 from caffetool.nets import generate, model as models, prototxt, solver as solvers
-from caffetool.train import (caffe_commands, devices, evaluate, metrics_io, owner, project, rundir, runner,
+from caffetool.train import (devices, evaluate, metrics_io, owner, project, rundir, runner,
                              snapshots, tensorboard)
 from caffetool.train.logparse import LogParser, Metrics, parse_file
 
@@ -69,6 +68,7 @@ class TrainResult:
 @dataclass
 class TestRecord:
     weights: Path
+    net: int  # the test net's place in the solver
     batches: int
     outputs: dict[str, float]
 
@@ -83,11 +83,10 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
     options.mode = "gpu" if chosen.gpu else "cpu"
     if req.solver is not None:
         return _train_project(engine, req, chosen, options, say, progress, started, t0)
-    spec = registry.get(req.dataset)
     model = models.get(req.model, req.models_dir)
     if req.weights and not Path(req.weights).is_file():
         raise ConfigError(f"--weights {req.weights} does not exist")
-    dataset = fetch.fetch(spec, req.data_dir, say=say, progress=progress).dataset
+    dataset = lookup.find(req.dataset, req.data_dir, fetch_missing=True, say=say, progress=progress)
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     with rundir.released_on_failure(rundir.claim(Path(req.runs_dir).absolute(), req.name)) as run_dir:
         # Caffe validates the files as the first step of the run (see _train_and_record).
@@ -96,7 +95,8 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         shutil.copyfile(dataset.labels_file, run_dir / layout.LABELS)
         solver_msg = prototxt.read(generated.files[generate.SOLVER], caffe_pb2.SolverParameter())
         if chosen.gpu:
-            _preflight(caffe_pb2, generated.files[generate.TRAIN_VAL], dataset, options)
+            _preflight(prototxt.read(generated.files[generate.TRAIN_VAL], caffe_pb2.NetParameter()), dataset.shape,
+                       options.type, options.iter_size)
         manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started)
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
                                        str(Path(req.weights).absolute()) if req.weights else None)
@@ -123,11 +123,15 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     loaded = project.load(req.solver, engine, caffe_pb2)
     device_notice = project.override(loaded, options, chosen.gpu, caffe_pb2, req.type_given)
+    project.set_batches(loaded, req.batch, req.test_batch, caffe_pb2)
     for notice in [*loaded.notices, *([device_notice] if device_notice and not chosen.notice else [])]:
         say(notice)
-    files = dict(loaded.files)
-    if req.weights:
-        files[str(Path(req.weights).resolve())] = sha256_file(Path(req.weights))
+    files = project.checksums(loaded.reads + [Path(p) for p in (req.weights, req.deploy, req.labels) if p])
+    shape = project.data_shape(loaded.train_net, caffe_pb2)
+    if chosen.gpu and shape is None and any(layer.type == "Data" for layer in loaded.train_net.layer):
+        say("no memory check before training: the size of the Data layer's images is unknown (encoded records)")
+    elif chosen.gpu:
+        _preflight(loaded.train_net, shape, loaded.solver.type, loaded.solver.iter_size)
     with rundir.released_on_failure(rundir.claim(Path(req.runs_dir).absolute(), req.name)) as run_dir:
         project.write(loaded, run_dir, caffe_pb2)
         derived = None if req.deploy else project.deploy(loaded.train_net, caffe_pb2)
@@ -165,14 +169,15 @@ def _started(result: TrainResult, what: str) -> TrainResult:
     return result
 
 
-def _preflight(caffe_pb2: ModuleType, train_val: Path, dataset: layout.Dataset,
-               options: solvers.SolverOptions) -> None:
+def _preflight(net: Any, shape: tuple[int, int, int] | None, solver_type: str, iter_size: int,
+               capacities: list[int] | None = None) -> None:
+    """The memory check of a GPU run (:mod:`caffetool.train.preflight`) on each visible GPU, or on
+    ``capacities`` bytes."""
     from caffetool.memory import estimate as est  # noqa: PLC0415
     from caffetool.train import preflight  # noqa: PLC0415
 
-    net = prototxt.read(train_val, caffe_pb2.NetParameter())
-    preflight.check(net, est.Options(solver=options.type, mode="gpu", input_shape=dataset.shape),
-                    preflight.gpu_memory())
+    preflight.check(net, est.Options(solver=solver_type or "SGD", mode="gpu", input_shape=shape, iter_size=iter_size),
+                    preflight.gpu_memory() if capacities is None else capacities)
 
 
 def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progress: bool = True,
@@ -206,24 +211,32 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
 
 
 def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
-         batches: int | None = None) -> TestRecord:
-    """``caffe test`` on a run's newest complete weights (or ``weights``), recorded in its manifest.
+         batches: int | None = None) -> list[TestRecord]:
+    """``caffe test`` on every test net of a run's solver, on its newest complete weights (or
+    ``weights``), recorded in its manifest.
 
-    ``batches`` defaults to the solver's ``test_iter``, the number the run itself was tested on.
+    ``batches`` defaults to each test net's ``test_iter``, the number the run itself tested it on.
     """
     manifest = owner.settle(run_dir)
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     chosen_weights = Path(weights) if weights else snapshots.newest_weights(run_dir, caffe_pb2)
     if chosen_weights is None:
         raise RunError(f"{run_dir} has no .caffemodel yet; give --weights FILE")
-    solver = prototxt.read(run_dir / generate.SOLVER, caffe_pb2.SolverParameter())
-    n = batches or solver.test_iter[0]
+    nets = evaluate.test_nets(run_dir / generate.SOLVER, run_dir, caffe_pb2)
+    if not nets:
+        raise RunError(f"{run_dir / generate.SOLVER} has no test net (no test_iter); nothing to test")
     chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
-    result = caffe_commands.caffe_test(engine, run_dir, chosen_weights.absolute(), n, chosen.flag)
-    manifest.setdefault("tests", []).append({"at": dt.datetime.now().isoformat(timespec="seconds"),
-                                             "weights": str(chosen_weights), "batches": n, "outputs": result.outputs})
+    records = []
+    for t in nets:
+        result = evaluate.caffe_test_net(engine, run_dir, t, chosen_weights.absolute(), chosen.flag, batches)
+        evaluate.keep_log(run_dir, f"train.test of test net #{t.index} on {chosen_weights.name}", result.log)
+        records.append(TestRecord(chosen_weights, t.index, result.batches, result.outputs))
+    at = dt.datetime.now().isoformat(timespec="seconds")
+    manifest.setdefault("tests", []).extend(
+        {"at": at, "weights": str(chosen_weights), "net": r.net, "batches": r.batches, "outputs": r.outputs}
+        for r in records)
     rundir.write_manifest(run_dir, manifest)
-    return TestRecord(chosen_weights, n, result.outputs)
+    return records
 
 
 def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: int, progress: bool,

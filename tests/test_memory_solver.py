@@ -1,0 +1,55 @@
+"""``memory.estimate --solver FILE`` and ``memory.fit --solver FILE``: a user's own solver, estimated as
+its train net with the solver's type and iter_size, which flags override; BVLC's example solvers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.caffe_root import lay_out
+from tests.test_cli import CAFFETOOL, refused, run
+
+MNIST = "examples/mnist"
+
+
+@pytest.fixture(scope="module")
+def root(engine, fashion_data, tmp_path_factory) -> Path:
+    return lay_out(tmp_path_factory.mktemp("caffe"), engine, fashion_data)
+
+
+def estimate(root: Path, *flags: str) -> dict:
+    done = run(CAFFETOOL, "memory.estimate", *flags, "--json", cwd=root)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_solver_is_estimated_as_its_net_with_its_type(root: Path) -> None:
+    by_solver = estimate(root, "--solver", f"{MNIST}/lenet_solver_adam.prototxt")
+    by_net = estimate(root, "--net", f"{MNIST}/lenet_train_test.prototxt", "--input-shape", "1,28,28", "--type", "Adam")
+    assert by_solver["options"]["solver"] == "Adam"
+    assert by_solver["total"] == by_net["total"] > 0
+    sgd = estimate(root, "--solver", f"{MNIST}/lenet_solver_adam.prototxt", "--type", "sgd")
+    assert sgd["options"]["solver"] == "SGD" and sgd["total"] < by_solver["total"]
+
+
+def test_batch_size_overrides_the_data_layer(root: Path) -> None:
+    small = estimate(root, "--solver", f"{MNIST}/lenet_solver.prototxt", "--batch-size", "8")
+    large = estimate(root, "--solver", f"{MNIST}/lenet_solver.prototxt", "--batch-size", "256")
+    assert small["total"] < large["total"]
+    assert small["rows"][0]["top"][0] == 8
+
+
+def test_fit_takes_a_solver(root: Path) -> None:
+    done = run(CAFFETOOL, "memory.fit", "--solver", f"{MNIST}/lenet_solver.prototxt", "--gpu-memory", "1GiB",
+               cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "largest batch" in done.stdout
+
+
+def test_one_source_of_net_only(root: Path) -> None:
+    refused(run(CAFFETOOL, "memory.estimate", "--model", "lenet", "--solver", f"{MNIST}/lenet_solver.prototxt",
+                cwd=root), "give exactly one of --model NAME, --net FILE or --solver FILE")
+    refused(run(CAFFETOOL, "memory.estimate", "--solver", "nope.prototxt", cwd=root),
+            f"solver not found: {root.resolve() / 'nope.prototxt'}")
