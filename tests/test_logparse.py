@@ -228,3 +228,19 @@ def test_a_test_row_measured_after_the_log_goes_in_iteration_order_once():
     assert m.add_test(0, {"NumIters": 10, "accuracy": 0.4}) and m.add_test(0, {"NumIters": 30, "accuracy": 0.6})
     assert not m.add_test(0, {"NumIters": 20, "accuracy": 0.9})
     assert [(r["NumIters"], r["accuracy"]) for r in m.test[0]] == [(10, 0.4), (20, 0.5), (30, 0.6)]
+
+
+def test_the_train_loss_is_the_last_lines_even_without_outputs():
+    """The final iteration's line carries only Caffe's loss; it is the run's last train loss."""
+    lines = [
+        "I1123 11:29:14.000000 10735 solver.cpp:294] Solving LeNet",
+        "I1123 11:29:18.000000 10735 solver.cpp:218] Iteration 200 (45.0 iter/s, 2.2s/100 iters), loss = 0.3392",
+        "I1123 11:29:18.000001 10735 solver.cpp:237]     Train net output #0: loss = 0.3392 (* 1 = 0.3392 loss)",
+        "I1123 11:29:18.000002 10735 sgd_solver.cpp:105] Iteration 200, lr = 0.00985",
+        "I1123 11:29:20.622779 10735 solver.cpp:327] Iteration 300, loss = 0.568284",
+        "I1123 11:29:20.622867 10735 solver.cpp:332] Optimization Done.",
+    ]
+    m = LogParser().feed_all(lines)
+    assert [r["NumIters"] for r in m.train] == [200, 300]
+    assert m.train_loss() == 0.568284
+    assert m.latest("loss", -1) == 0.3392

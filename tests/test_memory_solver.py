@@ -4,6 +4,7 @@ its train net with the solver's type and iter_size, which flags override; BVLC's
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,19 @@ def test_one_source_of_net_only(root: Path) -> None:
                 cwd=root), "give exactly one of --model NAME, --net FILE or --solver FILE")
     refused(run(CAFFETOOL, "memory.estimate", "--solver", "nope.prototxt", cwd=root),
             f"solver not found: {root.resolve() / 'nope.prototxt'}")
+
+
+BVLC_SOLVERS = ["lenet_solver", "lenet_solver_adam", "lenet_solver_rmsprop", "lenet_adadelta_solver",
+                "lenet_multistep_solver", "lenet_consolidated_solver", "mnist_autoencoder_solver",
+                "mnist_autoencoder_solver_adadelta", "mnist_autoencoder_solver_adagrad",
+                "mnist_autoencoder_solver_nesterov"]
+
+
+@pytest.mark.parametrize("name", BVLC_SOLVERS)
+def test_bvlc_example_solvers_are_estimated_within_two_percent_of_the_engine(root: Path, name: str) -> None:
+    """Every solver BVLC ships for MNIST, on its own data and test nets (the autoencoder's two, with
+    their stages; the consolidated solver's inline nets), against malloc's count in the real engine."""
+    done = run(CAFFETOOL, "memory.measure", "--solver", f"{MNIST}/{name}.prototxt", cwd=root)
+    assert done.returncode == 0, done.stderr
+    error = float(re.search(r"error +([-+][\d.]+)%", done.stdout).group(1))
+    assert abs(error) <= 2.0, done.stdout

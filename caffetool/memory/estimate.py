@@ -1,26 +1,31 @@
 """Memory a Caffe net takes, from Caffe's allocation rules (no Caffe run: VGG-16 in milliseconds).
 
 What is counted, as Caffe 1.0 allocates it while training (``--phase train``: the solver's TRAIN
-net after a forward and backward pass, and its TEST net after a test pass) or running inference
+net after a forward and backward pass, and its TEST net — which a solver with ``test_iter`` builds
+from the same net — after a test pass; ``test_net=False`` leaves it out) or running inference
 (``--phase test``):
 
 * parameters: data; in training also their gradients (``ClearParamDiffs``) and the solver's history,
   one blob per parameter (SGD, Nesterov, AdaGrad, RMSProp) or two (AdaDelta, Adam), plus the
-  scratch blob all but SGD use (``update_``, ``temp_``); the TEST net's weights are shared;
+  scratch blobs the CPU updates use (``update_``, ``temp_``: :data:`SCRATCH`); parameters shared
+  by name count once, and the TEST net takes the TRAIN net's weights by layer name;
 * activations: one blob per top, in-place layers sharing their bottom's; Split tops share data but
-  have their own gradients; a gradient only where a layer that back-propagates reads it;
-  Data tops point into the prefetch buffers (``data_param.prefetch`` batches, 4 by default);
-* per-layer scratch: im2col columns (one image; none for 1x1), bias multipliers, pooling argmax,
-  dropout masks, LRN scales, softmax probabilities, BatchNorm temporaries — each only if the step
-  that touches it runs;
+  have their own gradients; Flatten, Reshape and the like share both; a gradient where Caffe takes
+  one (:func:`_diff_keys`); Data tops point into the prefetch buffers (``data_param.prefetch``
+  batches, 4 by default);
+* per-layer buffers, from each layer's rule (:mod:`caffetool.memory.layers`), each only if the step
+  that first touches it runs; an RNN's or LSTM's unrolled net, accounted like a net of its own;
 * GPU mode: all of the above on the device, prefetch batches also in pinned host memory, and with
-  cuDNN a workspace per convolution (the configured limit x group x 3 streams) instead of im2col;
-* CPU mode: glibc's own rounding of each allocation (16-byte chunks, whole pages above 128 KiB),
-  so the figure can be compared with what malloc reports.
+  cuDNN each cuDNN layer's handles (measured on an H100) and a convolution's workspace instead of
+  its im2col columns;
+* CPU mode: glibc's own rounding of each allocation (16-byte chunks, whole pages above 128 KiB) and
+  Caffe's own objects per layer and blob (``OBJECT_BYTES``, measured), so the figure can be
+  compared with what malloc reports.
 
-A net Caffe could not build is refused rather than estimated: Caffe's ``Blob::Reshape`` aborts on a
-blob of more than INT_MAX elements, so an activation or a parameter past that limit is named with
-the largest batch that stays within it.
+A layer no rule models is estimated as far as possible and named: the total is then a lower bound
+(``Estimate.lower_bound``). A net Caffe could not build is refused rather than estimated: Caffe's
+``Blob::Reshape`` aborts on a blob of more than INT_MAX elements, so an activation or a parameter
+past that limit is named with the largest batch that stays within it.
 """
 
 from __future__ import annotations
@@ -32,11 +37,34 @@ from typing import Any
 from caffetool.choices import INT32_MAX, choose
 from caffetool.errors import ConfigError, NetError
 from caffetool.memory import graph as graphs
-from caffetool.memory.layers import Shape, count
+from caffetool.memory.info import Shape, count
 
 HISTORY = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
-SCRATCH = {"SGD": 0, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 1, "Adam": 1}
-CUDNN_STREAMS_PER_GROUP = 3
+# The solver's scratch blobs per parameter (``update_``, ``temp_``), which only the CPU updates touch:
+# src/caffe/solvers/*_solver.cpp — AdaDelta's CPU update writes both ``update_`` and ``temp_``, Adam's
+# only ``temp_``, the others only ``update_``; every ``*_update_gpu`` kernel works in place on the
+# history blobs and the gradient, so on a GPU the scratch blobs are never allocated.
+SCRATCH = {"cpu": {"SGD": 0, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 1},
+           "gpu": {"SGD": 0, "Nesterov": 0, "AdaGrad": 0, "RMSProp": 0, "AdaDelta": 0, "Adam": 0}}
+CUDNN_STREAMS_PER_GROUP = 3  # cudnn_conv_layer.cpp
+CUDNN_CONV = ("CuDNNConvolution", "CuDNNDeconvolution")
+# Measured on an H100 (benchmarks/RESULTS.md, "1, 4 and 16 convolutions", raw record
+# benchmarks/gpu/h100-memory.json): +30.0 MiB for 1 cuDNN convolution, +114.0 for 4, +448.0 for 16;
+# the slope (448.0 - 30.0) / 15 MiB per layer, each layer opening 3 handles and streams (group 1).
+CUDNN_LAYER_MIB = (448.0 - 30.0) / 15
+CUDNN_HANDLE_BYTES = int(CUDNN_LAYER_MIB * 2**20 / CUDNN_STREAMS_PER_GROUP)
+# Caffe's own objects on the host, per layer instance (the Layer, its LayerParameter copy, vectors and
+# names), per Blob object (the Blob, its two SyncedMemory heads and its shape array) beyond the
+# bytes it holds, per top blob, and per learnable parameter (the parameter blob and the solver's
+# history/update/temp blobs; in the TEST net, the blob later replaced by the TRAIN net's). Measured
+# with malloc's count (``memory.measure``) as the slope over 100 layers of one kind on this engine:
+# in-place ReLU 2,980 bytes per layer for both nets, ReLU with its own top 4,175, Pooling 5,531,
+# InnerProduct 10,409, Scale in place 8,264, BatchNorm in place 17,300, Convolution 16,011 (which
+# also keeps five small shape blobs: kernel, stride, pad, dilation, input shape). A Data layer reading
+# LMDB holds about 43 KB more (the database environment, transaction and cursor, the prefetch
+# thread's objects): 84,856 to 89,256 bytes for a TRAIN and a TEST Data layer, whatever the batch.
+OBJECT_BYTES = {"layer": 1490, "top": 600, "blob": 480, "param_train": 1950, "param_test": 480, "Data": 43000}
+EXTRA_BLOBS = {"Convolution": 5, "Deconvolution": 5, "Im2col": 4}
 MMAP_THRESHOLD = 128 * 1024
 PAGE = 4096
 GROUPS = ("model", "feature maps", "gradient maps", "workspace")
@@ -57,6 +85,9 @@ class Options:
     cudnn_workspace_mb: float = 8.0
     input_shape: Shape | None = None
     test_net: bool = True  # training: count the solver's TEST net (its activations; weights shared)
+    # A solver's test nets, each with the ``state`` Caffe gives it (all live at once); None: the TEST
+    # phase of the net itself, as a solver with ``net`` and one ``test_iter`` builds it.
+    test_nets: tuple[Any, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         """Names in their canonical spelling (``--type adam`` is Adam), so tables can be indexed by them."""
@@ -98,10 +129,17 @@ class Estimate:
     params: int = 0
     macc: int = 0
     seconds: float = 0.0
+    unmodelled: list[tuple[str, str, str]] = field(default_factory=list)  # (layer, type, what was assumed)
+    not_counted: list[tuple[str, str]] = field(default_factory=list)  # (layer, what it holds that is not counted)
 
     @property
     def total(self) -> int:
         return sum(self.groups.values()) + self.allocator
+
+    @property
+    def lower_bound(self) -> bool:
+        """True when some layer's memory is unknown: the total is then the least the net needs."""
+        return bool(self.unmodelled or self.not_counted)
 
 
 def _check(o: Options) -> None:
@@ -113,7 +151,8 @@ def _check(o: Options) -> None:
 
 
 def estimate(net: Any, options: Options, text: str | None = None, source: str = "net") -> Estimate:
-    """``net`` is a train/test (or deploy) caffe_pb2.NetParameter."""
+    """``net`` is a train/test (or deploy) caffe_pb2.NetParameter; in training, the TEST nets are
+    ``options.test_nets``, or else ``net`` in the TEST phase."""
     start = time.perf_counter()
     _check(options)
     o = options
@@ -124,19 +163,25 @@ def estimate(net: Any, options: Options, text: str | None = None, source: str = 
     ledger = _Ledger(float_size)
     rows = _account(main, o, ledger, train_net=training, forward=True)
     test_rows: list[Row] = []
-    if training and o.test_net and any(graphs.included(layer, 1) and layer.type == "Data" for layer in net.layer):
-        test = graphs.build(net, "test", o.input_shape, o.test_batch, text, source)
+    unmodelled = [(name, kind, why) for name, kind, why in main.unmodelled]
+    not_counted = list(main.not_counted)
+    for tested in (o.test_nets if o.test_nets is not None else [net]) if training and o.test_net else []:
+        test = graphs.build(tested, "test", o.input_shape, o.test_batch, text if tested is net else None, source)
         _check_blob_sizes(test, source, "test batch", "the TEST Data layer's batch_size")
-        test_rows = _account(test, o, ledger, train_net=False, forward=True, shared_params=True)
+        trained = {node.name for node in main.nodes}
+        test_rows += _account(test, o, ledger, train_net=False, forward=True, shared_params=trained)
+        unmodelled += [u for u in test.unmodelled if u[:2] not in {m[:2] for m in unmodelled}]
+        not_counted += [n for n in test.not_counted if n not in not_counted]
     groups = {
-        "model": sum(r.param_bytes + r.grad_bytes + r.history_bytes for r in rows),
+        "model": sum(r.param_bytes + r.grad_bytes + r.history_bytes for r in rows + test_rows),
         "feature maps": sum(r.data_bytes for r in rows + test_rows) + ledger.prefetch_device,
-        "gradient maps": sum(r.diff_bytes for r in rows),
+        "gradient maps": sum(r.diff_bytes for r in rows + test_rows),
         "workspace": sum(r.scratch_bytes for r in rows + test_rows),
     }
     allocator = ledger.allocator_overhead() if o.mode == "cpu" else 0
     return Estimate(o, rows, test_rows, groups, ledger.pinned, allocator, ledger.sizes,
-                    graphs.param_count(main), sum(r.macc for r in rows), time.perf_counter() - start)
+                    graphs.param_count(main), sum(r.macc for r in rows), time.perf_counter() - start,
+                    unmodelled, not_counted)
 
 
 def largest_buildable_batch(net: Any, options: Options, text: str | None = None) -> int:
@@ -178,6 +223,7 @@ class _Ledger:
         self.sizes: list[int] = []
         self.pinned = 0
         self.prefetch_device = 0
+        self.objects = 0  # Caffe's bookkeeping on the host (OBJECT_BYTES)
 
     def take(self, elements: int, itemsize: int = 4) -> int:
         size = elements * (self.float_size if itemsize > 0 else 4)
@@ -186,7 +232,8 @@ class _Ledger:
         return size
 
     def allocator_overhead(self) -> int:
-        extra = 0
+        """glibc's rounding of every allocation, and Caffe's own objects."""
+        extra = self.objects
         for size in self.sizes:
             if size + 8 >= MMAP_THRESHOLD:
                 extra += -(-(size + 16) // PAGE) * PAGE - size
@@ -195,73 +242,139 @@ class _Ledger:
         return extra
 
 
+def _runs(when: str, train_net: bool, backward: bool, gpu: bool, propagates: bool = False) -> bool:
+    """Whether a buffer first touched at step ``when`` exists after set-up, a forward pass and,
+    in the TRAIN net, a backward pass (``gpu-*``, ``cpu-*``: only that device's code touches it)."""
+    device, _, step = when.rpartition("-")
+    if device and device != ("gpu" if gpu else "cpu"):
+        return False
+    when = step
+    return when in ("setup", "forward") or (when == "backward" and train_net and backward) or (
+        when == "propagate" and train_net and backward and propagates)
+
+
 def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forward: bool,
-             shared_params: bool = False) -> list[Row]:
+             shared_params: bool | set[str] = False, backward_runs: bool = True) -> list[Row]:
+    """One row per layer: the bytes Caffe allocates for it in this net (``shared_params``: the
+    TEST net, whose layers take the TRAIN net's weights by name, ``Net::ShareTrainedLayersWith``)."""
     gpu = o.mode == "gpu"
     rows: list[Row] = []
     seen_data: set[str] = set()
-    diff_blobs = _diff_blobs(g) if train_net else set(g.loss_blobs)
+    diffs = _diff_keys(g, train_net and backward_runs, gpu)
+    counted_diffs: set[str] = set()
     for node in g.nodes:
         top_shape = g.shapes[node.tops[0]] if node.tops else ()
-        n_params = sum(count(p) for p in node.info.params)
-        row = Row(node.name, node.type, top_shape, node.info.macc, n_params)
-        if not shared_params:
-            for p in node.info.params:
+        owned = [p for p, shared in zip(node.info.params, node.shared_params) if not shared]
+        row = Row(node.name, node.type, top_shape, node.info.macc, sum(count(p) for p in owned))
+        if not (shared_params is True or (isinstance(shared_params, set) and node.name in shared_params)):
+            for p in owned:
                 row.param_bytes += ledger.take(count(p))
                 if train_net:
                     row.grad_bytes += ledger.take(count(p))
-                    for _ in range(HISTORY[o.solver] + SCRATCH[o.solver]):
+                    for _ in range(HISTORY[o.solver] + SCRATCH[o.mode][o.solver]):
                         row.history_bytes += ledger.take(count(p))
         if node.is_data:
-            for blob in node.tops:
-                batches = sum(ledger.take(count(g.shapes[blob])) for _ in range(node.prefetch))
-                if node.prefetch and gpu:
-                    ledger.pinned += batches
-                    ledger.prefetch_device += batches
-                elif node.prefetch:
-                    row.data_bytes += batches
-                elif forward:
-                    row.data_bytes += ledger.take(count(g.shapes[blob]))
-                seen_data.add(blob)
+            _account_source(node, g, gpu, ledger, row)
+        ledger.objects += _objects(node, g, train_net, o)
         for blob in node.tops:
-            if blob in seen_data or node.is_data:
+            key = g.data_key.get(blob, blob)
+            if key in seen_data or ":" in key:
                 continue
-            seen_data.add(blob)
-            if blob not in g.split_tops and forward:
+            seen_data.add(key)
+            if forward:
                 row.data_bytes += ledger.take(count(g.shapes[blob]))
-        for blob in node.tops:
-            if blob in diff_blobs:
+        for blob in node.tops + node.bottoms:
+            key = g.diff_key.get(blob, blob)
+            if key in diffs and key not in counted_diffs:
+                counted_diffs.add(key)
                 row.diff_bytes += ledger.take(count(g.shapes[blob]))
-                diff_blobs.discard(blob)
-        for blob in node.bottoms:  # an input's gradient, allocated only by a convolution's backward
-            if blob in diff_blobs and node.type == "Convolution":
-                row.diff_bytes += ledger.take(count(g.shapes[blob]))
-                diff_blobs.discard(blob)
+        cudnn = gpu and o.cudnn and node.info.cudnn is not None
         for buf in node.info.buffers:
-            runs = buf.when == "setup" or (buf.when == "forward" and forward) or \
-                (buf.when == "backward" and train_net and node.need_backward)
-            if buf.name == "im2col" and gpu and o.cudnn:
-                continue
-            if runs:
+            if cudnn and node.info.cudnn in CUDNN_CONV and buf.name in ("col_buffer", "bias_multiplier"):
+                continue  # cudnn_conv_layer.cu: cuDNN's own kernels, no columns; cudnnAddTensor for the bias
+            if _runs(buf.when, train_net and backward_runs, node.need_backward, gpu, any(node.bottom_need)):
                 row.scratch_bytes += ledger.take(buf.count, buf.itemsize)
-        if gpu and o.cudnn and node.type == "Convolution":
-            row.scratch_bytes += int(o.cudnn_workspace_mb * 2**20) * node.info.group * CUDNN_STREAMS_PER_GROUP
+        if cudnn:
+            row.scratch_bytes += _cudnn_bytes(node, o)
+        if node.inner is not None:
+            for inner in _account(node.inner, o, ledger, train_net, forward, True, node.need_backward):
+                row.data_bytes += inner.data_bytes
+                row.diff_bytes += inner.diff_bytes
+                row.scratch_bytes += inner.scratch_bytes
         rows.append(row)
     return rows
 
 
-def _diff_blobs(g: graphs.Graph) -> set[str]:
-    """Blobs whose gradient Caffe allocates: tops of back-propagating layers, loss tops, and the
-    bottoms of back-propagating convolutions (``BaseConvolutionLayer::Backward_cpu`` takes
-    ``bottom->mutable_cpu_diff()`` before it checks ``propagate_down``, so even the input's
-    gradient is allocated)."""
-    blobs = set(g.loss_blobs)
+def _objects(node: graphs.Node, g: graphs.Graph, train_net: bool, o: Options) -> int:
+    """Host bytes of Caffe's bookkeeping for one layer (``OBJECT_BYTES``)."""
+    tops = len(set(node.tops) - set(node.bottoms))
+    blobs = len(node.info.buffers) + EXTRA_BLOBS.get(node.type, 0)
+    per_param = OBJECT_BYTES["param_train"] + OBJECT_BYTES["blob"] * (HISTORY[o.solver] - 1) if train_net \
+        else OBJECT_BYTES["param_test"]
+    return (OBJECT_BYTES["layer"] + OBJECT_BYTES.get(node.type, 0) + OBJECT_BYTES["top"] * tops
+            + OBJECT_BYTES["blob"] * blobs + per_param * len(node.info.params))
+
+
+def _account_source(node: graphs.Node, g: graphs.Graph, gpu: bool, ledger: _Ledger, row: Row) -> None:
+    """A data layer's tops: prefetch batches (pinned host memory plus device copies on a GPU),
+    tops filled at set-up (DummyData) or first read (Input), or the caller's arrays (MemoryData)."""
+    for blob in node.tops:
+        if node.prefetch:
+            batches = sum(ledger.take(count(g.shapes[blob])) for _ in range(node.prefetch))
+            if gpu:
+                ledger.pinned += batches
+                ledger.prefetch_device += batches
+            else:
+                row.data_bytes += batches
+
+
+def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool) -> set[str]:
+    """The gradient allocations Caffe makes: loss tops (``SetLossWeights`` at set-up), blobs a
+    forward pass uses as scratch, and in backward every top of a layer that back-propagates and
+    the bottoms it writes (``LayerInfo.bottom_diff``; ``always``: the layer takes the gradient
+    before it looks at ``propagate_down``)."""
+    keys: set[str] = set()
+
+    def add(blob: str) -> None:
+        key = g.diff_key.get(blob, blob)
+        if ":" not in key:
+            keys.add(key)
+
+    for blob in g.setup_diffs:
+        add(blob)
     for node in g.nodes:
-        if node.need_backward:
-            blobs.update(node.tops)
-            if node.type == "Convolution":
-                blobs.update(node.bottoms)
-    return blobs
+        for blob, weight in zip(node.tops, node.loss_weights):
+            if weight:
+                add(blob)
+        for k in node.info.forward_diff + (node.info.gpu_forward_diff if gpu else ()):
+            if k < len(node.bottoms):
+                add(node.bottoms[k])
+        if not (backward and node.need_backward):
+            continue
+        if not node.is_split or any(node.bottom_need):
+            for blob in node.tops:
+                add(blob)
+        policy = node.info.bottom_diff
+        for k, blob in enumerate(node.bottoms):
+            rule = policy if isinstance(policy, str) else (policy[k] if k < len(policy) else "propagate")
+            if rule == "always" or (rule == "propagate" and node.bottom_need[k]):
+                add(blob)
+    return keys
+
+
+def _cudnn_bytes(node: graphs.Node, o: Options) -> int:
+    """Device memory a cuDNN layer holds besides blobs: its handles (``cudnnCreate``; a convolution
+    opens ``CUDNN_STREAMS_PER_GROUP`` per group, every other cuDNN layer one) and a convolution's
+    workspace (cudnn_conv_layer.cpp ``Reshape``: the largest per-algorithm need, at most the
+    configured limit, times group x 3). A handle costs what the measured convolutions cost divided
+    by their three handles (``CUDNN_HANDLE_BYTES``). The workspace an algorithm needs is taken as
+    one image's im2col columns per group (what the GEMM-based algorithms work in), capped at the
+    limit: cuDNN's choice is made at run time and is not known here."""
+    if node.info.cudnn in CUDNN_CONV:
+        streams = node.info.group * CUDNN_STREAMS_PER_GROUP
+        columns = sum(b.count for b in node.info.buffers if b.name == "col_buffer") * 4
+        return streams * (CUDNN_HANDLE_BYTES + min(int(o.cudnn_workspace_mb * 2**20), columns))
+    return CUDNN_HANDLE_BYTES
 
 
 def per_sample(net: Any, options: Options, text: str | None = None) -> tuple[int, int]:

@@ -5,13 +5,15 @@ per-sample`` (checked with a full estimate, and never past what Caffe can build:
 per blob), each change by estimating the changed net. Changes are ranked by the bytes they save,
 each with its cost. Splitting the batch over ``iter_size`` passes is only offered in a form that
 keeps batch x iter_size equal to what was asked, so the advice never changes the training recipe.
-A card with no memory left after the reserve is refused: no batch could be an answer.
+A card with no memory left after the reserve is refused: no batch could be an answer. A net with
+layers the estimator does not model gets lower bounds: its largest batch is an upper limit, and the
+answer says which layers were not counted.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from caffetool.errors import ConfigError
@@ -38,6 +40,7 @@ class Fit:
     fits: bool
     changes: list[Change]
     blob_limit_batch: int = 0  # the largest batch Caffe can build at all (INT_MAX elements per blob)
+    unmodelled: list[tuple[str, str, str]] = field(default_factory=list)  # the estimate's; then every figure is a lower bound
 
     @property
     def limited_by_blobs(self) -> bool:
@@ -66,7 +69,8 @@ def fit(net: Any, options: est.Options, capacity: int, reserve: int, text: str |
     best = largest_batch(net, options, budget, text)
     changes = [] if wanted.total <= budget else _changes(net, options, wanted, batch, best, budget, text)
     return Fit(capacity, reserve, best, batch, wanted.total, wanted.total <= budget,
-               sorted(changes, key=lambda c: -c.saves), est.largest_buildable_batch(net, options, text))
+               sorted(changes, key=lambda c: -c.saves), est.largest_buildable_batch(net, options, text),
+               wanted.unmodelled)
 
 
 def check_budget(capacity: int, reserve: int) -> None:

@@ -1,9 +1,18 @@
 """A Caffe net as Caffe's ``Net::Init`` would lay it out for one phase — without running Caffe.
 
-Layers are filtered by phase, shapes are inferred from the input, Split layers are inserted
-where one blob feeds several layers (Caffe's ``InsertSplits``), in-place layers share their
-bottom's blob, and each layer is marked as needing backward the way ``Net::Init`` decides it
-(learnable parameters, or a bottom that needs backward, and a path to a loss).
+Layers are filtered by phase, Split layers are inserted where one blob feeds several layers
+(``InsertSplits``, util/insert_splits.cpp, with Caffe's own names), shapes are inferred from the
+input, a top with its bottom's name at the same index is computed in place (``AppendTop``), and
+each layer is marked as needing backward exactly as ``Net::Init`` decides it (net.cpp: a bottom
+that needs backward or a parameter with ``lr_mult`` != 0; then, walking back, only layers whose
+tops reach a loss, and not when every consumer of their tops skips ``propagate_down``).
+
+Blobs may share memory: each blob has a data key and a gradient key, and blobs with the same key
+are one allocation (Split tops share data; Flatten, Reshape, one-input Concat share both).
+
+A layer no rule models is kept: its tops take its first bottom's shape and it is listed in
+``Graph.unmodelled``; a layer without bottoms (a ``Python`` data layer) leaves its tops unshaped,
+and every layer that reads them is listed too.
 """
 
 from __future__ import annotations
@@ -12,9 +21,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from caffetool.errors import ConfigError, NetError
-from caffetool.memory.layers import DATA_LAYERS, Buffer, LayerInfo, Shape, count, rule
-
+from caffetool.errors import NetError
+from caffetool.memory import layers as rules
+from caffetool.memory.info import INSIDE, LayerInfo, Shape, count
+from caffetool.memory.sources import DATA_LAYERS, DataTops, data_tops
 
 NAME = re.compile(r'\bname:\s*"([^"]+)"')
 
@@ -23,172 +33,275 @@ NAME = re.compile(r'\bname:\s*"([^"]+)"')
 class Node:
     name: str
     type: str
-    bottoms: list[str]
-    tops: list[str]  # blob ids (in-place tops reuse the bottom's id)
+    bottoms: list[str]  # blob ids
+    tops: list[str]  # blob ids (an in-place top is its bottom's id)
     info: LayerInfo
     line: int | None = None
     need_backward: bool = False
+    bottom_need: list[bool] = field(default_factory=list)
     is_data: bool = False
     is_split: bool = False
-    prefetch: int = 0
+    source: DataTops | None = None
     lr_mults: list[float] = field(default_factory=list)
-    bottom_versions: list[str] = field(default_factory=list)  # which write of each bottom is read
-    top_versions: list[str] = field(default_factory=list)
+    shared_params: list[bool] = field(default_factory=list)  # owned by an earlier layer (same param name)
+    loss_weights: list[float] = field(default_factory=list)
+    inner: Graph | None = None  # the net an RNN or LSTM runs inside
+    bottom_names: list[str] = field(default_factory=list)  # as Caffe names them (after InsertSplits)
+    top_names: list[str] = field(default_factory=list)
+    propagate_down: list[bool] = field(default_factory=list)
+
+    @property
+    def prefetch(self) -> int:
+        return self.source.prefetch if self.source else 0
 
 
 @dataclass
 class Graph:
     nodes: list[Node]
     shapes: dict[str, Shape]  # blob id -> shape
-    loss_blobs: set[str]
-    split_tops: set[str]  # blobs that share their data with the split's bottom
+    data_key: dict[str, str] = field(default_factory=dict)  # blob id -> the allocation holding its data
+    diff_key: dict[str, str] = field(default_factory=dict)  # blob id -> the allocation holding its gradient
+    unmodelled: list[tuple[str, str, str]] = field(default_factory=list)  # (layer, type, what was assumed)
+    not_counted: list[tuple[str, str]] = field(default_factory=list)  # (layer, what it holds that is not counted)
+    setup_diffs: set[str] = field(default_factory=set)  # blobs whose gradient an outer layer zeroes at set-up
 
 
-def included(layer: Any, phase: int) -> bool:
-    """Whether ``layer`` (a LayerParameter) is in the net of ``phase`` (0 TRAIN, 1 TEST), by its include/exclude rules."""
+def included(layer: Any, phase: int, level: int = 0, stages: frozenset[str] = frozenset()) -> bool:
+    """Whether ``layer`` (a LayerParameter) is in the net of ``phase`` (0 TRAIN, 1 TEST) at ``level``
+    with ``stages``, by its include/exclude rules, as ``Net::FilterNet`` decides (net.cpp)."""
     if layer.include:
-        return any(not r.HasField("phase") or r.phase == phase for r in layer.include)
-    return not any(r.HasField("phase") and r.phase == phase for r in layer.exclude)
+        return any(_meets(r, phase, level, stages) for r in layer.include)
+    return not any(_meets(r, phase, level, stages) for r in layer.exclude)
+
+
+def _meets(rule: Any, phase: int, level: int, stages: frozenset[str]) -> bool:
+    """``Net::StateMeetsRule``: every condition the rule sets holds for the state."""
+    return ((not rule.HasField("phase") or rule.phase == phase)
+            and (not rule.HasField("min_level") or level >= rule.min_level)
+            and (not rule.HasField("max_level") or level <= rule.max_level)
+            and all(stage in stages for stage in rule.stage)
+            and not any(stage in stages for stage in rule.not_stage))
 
 
 def layer_lines(text: str | None) -> dict[str, int]:
     """Line of each ``name:`` inside a layer, for error messages."""
     if not text:
         return {}
-    lines = {}
+    lines: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         for name in NAME.findall(line):
             lines.setdefault(name, number)
     return lines
 
 
+@dataclass
+class _Spec:
+    """A layer after ``InsertSplits``: the proto, and its (possibly renamed) bottoms and tops."""
+
+    layer: Any
+    name: str
+    type: str
+    bottoms: list[str]
+    tops: list[str]
+    loss_weights: list[float]
+
+
+def _loss_weights(layer: Any) -> list[float]:
+    """Explicit ``loss_weight``s, or 1 for a loss layer's first top (``LossLayer::LayerSetUp``)."""
+    if layer.loss_weight:
+        return list(layer.loss_weight)
+    return [1.0] + [0.0] * (len(layer.top) - 1) if layer.type in rules.LOSS_TYPES else [0.0] * len(layer.top)
+
+
+def insert_splits(layers: list[Any], where: Any = lambda name: "net") -> list[_Spec]:
+    """util/insert_splits.cpp: a top read by several bottoms (or read and weighted as a loss) gets a
+    Split layer ``<blob>_<layer>_<i>_split`` with one top ``..._split_<k>`` per reader."""
+    last_top: dict[str, tuple[int, int]] = {}
+    source: dict[tuple[int, int], tuple[int, int]] = {}
+    readers: dict[tuple[int, int], int] = {}
+    weights: dict[tuple[int, int], float] = {}
+    for i, layer in enumerate(layers):
+        for j, blob in enumerate(layer.bottom):
+            if blob not in last_top:
+                raise NetError(f"{where(layer.name)}: layer {layer.name!r} reads blob {blob!r}, which no earlier "
+                               "layer makes")
+            source[(i, j)] = last_top[blob]
+            readers[last_top[blob]] = readers.get(last_top[blob], 0) + 1
+        for j, blob in enumerate(layer.top):
+            last_top[blob] = (i, j)
+        for j, weight in enumerate(layer.loss_weight[: len(layer.top)]):
+            weights[last_top[layer.top[j]]] = weight
+            if weight:
+                readers[last_top[layer.top[j]]] = readers.get(last_top[layer.top[j]], 0) + 1
+    taken: dict[tuple[int, int], int] = {}
+    out: list[_Spec] = []
+    for i, layer in enumerate(layers):
+        bottoms = list(layer.bottom)
+        for j, blob in enumerate(bottoms):
+            top_idx = source[(i, j)]
+            if readers.get(top_idx, 0) > 1:
+                k = taken.get(top_idx, 0)
+                taken[top_idx] = k + 1
+                bottoms[j] = f"{blob}_{layers[top_idx[0]].name}_{top_idx[1]}_split_{k}"
+        out.append(_Spec(layer, layer.name, layer.type, bottoms, list(layer.top), _loss_weights(layer)))
+        for j, blob in enumerate(layer.top):
+            n = readers.get((i, j), 0)
+            if n > 1:
+                weight = weights.get((i, j), 0.0)
+                tops = [f"{blob}_{layer.name}_{j}_split_{k}" for k in range(n)]
+                split_weights = [0.0] * (n - 1) + [weight] if weight else [0.0] * n
+                out.append(_Spec(None, f"{blob}_{layer.name}_{j}_split", "Split", [blob], tops, split_weights))
+    return out
+
+
 def build(net: Any, phase: str, input_shape: Shape | None, batch: int | None, text: str | None = None,
-          source: str = "net") -> Graph:
-    """``net`` is a caffe_pb2.NetParameter; ``input_shape`` is (C, H, W) for Data layers."""
+          source: str = "net", external: tuple[str, ...] = (), setup_diffs: tuple[str, ...] = ()) -> Graph:
+    """``net`` is a caffe_pb2.NetParameter (its ``state`` gives the level and stages its layers are
+    filtered by, as a solver's ``test_state`` does); ``input_shape`` is (C, H, W) for Data layers;
+    ``external`` names blobs whose memory belongs to an outer layer (an unrolled net's inputs)."""
     phase_id = 0 if phase == "train" else 1
     lines = layer_lines(text)
-    layers = [layer for layer in net.layer if included(layer, phase_id)]
-    shapes: dict[str, Shape] = {}
-    current: dict[str, str] = {}  # blob name -> current blob id (in-place writes keep the id)
-    version: dict[str, str] = {}  # blob name -> current version (every write makes a new one)
-    nodes: list[Node] = []
-    for layer in layers:
-        line = lines.get(layer.name)
-        if layer.type in DATA_LAYERS:
-            node = _data_node(layer, input_shape, batch, shapes, current, line, source)
-            node.top_versions = [f"{t}#{layer.name}" for t in layer.top]
-            version.update(zip(layer.top, node.top_versions))
-            nodes.append(node)
+    level, stages = net.state.level, frozenset(net.state.stage)
+    specs = insert_splits([layer for layer in net.layer if included(layer, phase_id, level, stages)],
+                          lambda name: f"{source}:{lines[name]}" if name in lines else source)
+    g = Graph([], {})
+    current: dict[str, str] = {}  # blob name -> blob id
+    unshaped: set[str] = set()
+    param_owners: set[str] = set()
+    for spec in specs:
+        line = lines.get(spec.name)
+        where = f"{source}:{line}" if line else source
+        node = _node(spec, phase, input_shape, batch, g, current, unshaped, where, line)
+        if node is None:
             continue
-        try:
-            bottoms = [current[b] for b in layer.bottom]
-        except KeyError as e:
-            where = f"{source}:{line}" if line else source
-            raise NetError(f"{where}: layer {layer.name!r} reads blob {e.args[0]!r}, which no earlier layer makes") from None
-        info = rule(layer, line, source)(layer, [shapes[b] for b in bottoms], phase)
-        tops = []
-        for i, top in enumerate(layer.top):
-            if top in layer.bottom:  # in place: the top is the bottom's blob
-                tops.append(current[top])
-            else:
-                blob_id = f"{top}@{layer.name}"
-                shapes[blob_id] = info.tops[i] if i < len(info.tops) else info.tops[0]
-                current[top] = blob_id
-                tops.append(blob_id)
-        mults = [p.lr_mult if p.HasField("lr_mult") else 1.0 for p in layer.param]
-        mults += [1.0] * (len(info.params) - len(mults))
-        read = [version[b] for b in layer.bottom]
-        version.update({t: f"{t}#{layer.name}" for t in layer.top})
-        nodes.append(Node(layer.name, layer.type, bottoms, tops, info, line, lr_mults=mults,
-                          bottom_versions=read, top_versions=[version[t] for t in layer.top]))
-    loss_blobs = {n.tops[0] for n in nodes if n.type == "SoftmaxWithLoss"}
-    graph = _insert_splits(Graph(nodes, shapes, loss_blobs, set()))
-    _mark_backward(graph)
-    return graph
-
-
-def _data_node(layer: Any, input_shape: Shape | None, batch: int | None, shapes: dict[str, Shape],
-               current: dict[str, str], line: int | None, source: str) -> Node:
-    """A data layer's node: its tops' shapes from the layer, ``--input-shape`` and the batch."""
-    if layer.type == "Input":
-        dims = [tuple(s.dim) for s in layer.input_param.shape]
-        dims = dims + [dims[-1]] * (len(layer.top) - len(dims))
-        top_shapes = [((batch,) + d[1:]) if batch else d for d in dims]
-        prefetch = 0
-    elif layer.type == "DummyData":
-        dims = [tuple(s.dim) for s in layer.dummy_data_param.shape]
-        top_shapes = [((batch,) + d[1:]) if batch else d for d in dims]
-        prefetch = 0
-    else:
-        n = batch or layer.data_param.batch_size
-        crop = layer.transform_param.crop_size
-        if input_shape is None:
-            where = f"{source}:{line}" if line else source
-            raise ConfigError(f"{where}: Data layer {layer.name!r} reads images of unknown shape; "
-                              "give --input-shape C,H,W")
-        c, h, w = input_shape
-        if crop:
-            h = w = crop
-        top_shapes = [(n, c, h, w), (n,)][: len(layer.top)]
-        prefetch = layer.data_param.prefetch if layer.data_param.HasField("prefetch") else 4
-    tops = []
-    for name, shape in zip(layer.top, top_shapes):
-        blob_id = f"{name}@{layer.name}"
-        shapes[blob_id] = shape
-        current[name] = blob_id
-        tops.append(blob_id)
-    return Node(layer.name, layer.type, [], tops, LayerInfo(top_shapes), line, is_data=True, prefetch=prefetch)
-
-
-def _insert_splits(g: Graph) -> Graph:
-    """A blob version read by several layers gets a Split with one top (own diff) per reader."""
-    readers: dict[str, list[tuple[Node, int]]] = {}
+        _share_params(node, spec, param_owners)
+        node.bottom_names, node.top_names = spec.bottoms, spec.tops
+        node.propagate_down = list(spec.layer.propagate_down) if spec.layer is not None else []
+        for blob in node.tops:
+            if blob.split("@")[0] in external:
+                g.data_key[blob] = g.diff_key[blob] = f"outside:{blob}"
+        g.nodes.append(node)
+    if unshaped and not any(not n.is_data for n in g.nodes):
+        culprit = next(name for name, _, why in g.unmodelled if why.startswith("makes"))
+        where = f"{source}:{lines[culprit]}" if culprit in lines else source
+        raise NetError(f"{where}: layer {culprit!r} makes blobs of unknown shape and every later layer reads them, "
+                       "so nothing can be estimated; declare its tops with an Input or DummyData layer of the same "
+                       "shapes in a copy of the net")
+    _mark_backward(g, bool(net.force_backward))
+    g.setup_diffs = {current[name] for name in setup_diffs if name in current}
     for node in g.nodes:
-        for k, v in enumerate(node.bottom_versions):
-            readers.setdefault(v, []).append((node, k))
-    nodes = list(g.nodes)
-    for v, users in readers.items():
-        if len(users) < 2:
-            continue
-        producer = next(n for n in nodes if v in n.top_versions)
-        blob = producer.tops[producer.top_versions.index(v)]
-        tops = []
-        for k, (node, slot) in enumerate(users):
-            split_id = f"{blob}_split_{k}"
-            g.shapes[split_id] = g.shapes[blob]
-            g.split_tops.add(split_id)
-            tops.append(split_id)
-            if blob in node.tops:  # in place on what is now a split top
-                node.tops = [split_id if t == blob else t for t in node.tops]
-            node.bottoms[slot] = split_id
-        split = Node(f"{blob.split('@')[0]}_split", "Split", [blob], tops,
-                     LayerInfo([g.shapes[blob]] * len(tops)), is_split=True)
-        nodes.insert(nodes.index(producer) + 1, split)
-    g.nodes = nodes
+        if node.info.inner is not None:
+            node.inner = build(node.info.inner, "train", None, None, source=f"{source}: layer {node.name!r}",
+                               external=node.info.inner_external, setup_diffs=node.info.inner_setup_diffs)
     return g
 
 
-def _mark_backward(g: Graph) -> None:
+def _node(spec: _Spec, phase: str, input_shape: Shape | None, batch: int | None, g: Graph,
+          current: dict[str, str], unshaped: set[str], where: str, line: int | None) -> Node | None:
+    """The node of one layer, its tops registered in ``g``; None when its inputs have no known shape."""
+    layer = spec.layer
+    if spec.type in DATA_LAYERS:
+        tops_info = data_tops(layer, input_shape, batch, where)
+        node = Node(spec.name, spec.type, [], [], LayerInfo(tops_info.shapes), line, is_data=True, source=tops_info)
+        if tops_info.not_counted:
+            g.not_counted.append((spec.name, tops_info.not_counted))
+        _add_tops(node, spec, g, current, tops_info.shapes)
+        if not tops_info.owned:
+            for blob in node.tops:
+                g.data_key[blob] = f"prefetch:{blob}"
+        return node
+    bottoms = [current[b] for b in spec.bottoms]
+    if any(b in unshaped for b in bottoms) or (not bottoms and rules.rule(layer) is None and spec.type != "Split"):
+        why = "reads blobs of unknown shape" if bottoms else "makes blobs of unknown shape"
+        g.unmodelled.append((spec.name, spec.type, why))
+        for top in spec.tops:
+            blob = f"{top}@{spec.name}"
+            current[top] = blob
+            unshaped.add(blob)
+        return None
+    shapes = [g.shapes[b] for b in bottoms]
+    if spec.type == "Split":
+        info = LayerInfo([shapes[0]] * len(spec.tops))
+    elif (rule := rules.rule(layer)) is not None:
+        info = rule(layer, shapes, phase)
+    else:
+        info = rules.unmodelled(layer, shapes, phase)
+        shape = "x".join(map(str, shapes[0]))
+        g.unmodelled.append((spec.name, spec.type, f"tops shaped like its first input, {shape}"))
+    node = Node(spec.name, spec.type, bottoms, [], info, line, is_split=spec.type == "Split",
+                loss_weights=spec.loss_weights + [0.0] * (len(spec.tops) - len(spec.loss_weights)))
+    _add_tops(node, spec, g, current, info.tops)
+    for i, blob in enumerate(node.tops):
+        if node.is_split:
+            g.data_key[blob] = g.data_key.get(bottoms[0], bottoms[0])
+        elif info.alias.get(i) == INSIDE:
+            g.data_key[blob] = g.diff_key[blob] = f"inside:{blob}"
+        elif i in info.alias:
+            k = info.alias[i]
+            g.data_key[blob] = g.data_key.get(bottoms[k], bottoms[k])
+            g.diff_key[blob] = g.diff_key.get(bottoms[k], bottoms[k])
+    return node
+
+
+def _add_tops(node: Node, spec: _Spec, g: Graph, current: dict[str, str], shapes: list[Shape]) -> None:
+    """``Net::AppendTop``: a top named like the bottom at its index is that bottom's blob."""
+    for i, top in enumerate(spec.tops):
+        if i < len(spec.bottoms) and spec.bottoms[i] == top:
+            node.tops.append(current[top])
+            continue
+        blob = f"{top}@{spec.name}"
+        g.shapes[blob] = shapes[i] if i < len(shapes) else shapes[0]
+        current[top] = blob
+        node.tops.append(blob)
+
+
+def _share_params(node: Node, spec: _Spec, owners: set[str]) -> None:
+    """``Net::AppendParam``: a named parameter seen before is the earlier layer's blob."""
+    n = len(node.info.params)
+    specs = list(spec.layer.param) if spec.layer is not None else []
+    node.lr_mults = [s.lr_mult if s.HasField("lr_mult") else 1.0 for s in specs[:n]] + [1.0] * (n - len(specs))
+    node.shared_params = []
+    for i in range(n):
+        name = specs[i].name if i < len(specs) else ""
+        node.shared_params.append(bool(name) and name in owners)
+        if name:
+            owners.add(name)
+
+
+def _mark_backward(g: Graph, force: bool) -> None:
+    """net.cpp ``Net::Init``: which layers back-propagate and into which bottoms."""
     needs: set[str] = set()
     for node in g.nodes:
+        down = node.propagate_down
+        node.bottom_need = [down[k] if down else (b in needs) for k, b in enumerate(node.bottoms)]
+        node.need_backward = any(b in needs for b in node.bottoms) or any(m != 0 for m in node.lr_mults)
         if node.is_data:
-            continue
-        learns = any(m != 0 for m in node.lr_mults[: len(node.info.params)])
-        node.need_backward = learns or any(b in needs for b in node.bottoms)
+            node.need_backward = False
         if node.need_backward:
             needs.update(node.tops)
-    # layers whose tops reach no loss are not back-propagated (Net::Init's blobs_under_loss)
-    under = set(g.loss_blobs)
+    under_loss: set[str] = set()
+    skip: set[str] = set()
     for node in reversed(g.nodes):
-        if any(t in under for t in node.tops):
-            under.update(node.bottoms)
-        elif node.need_backward and node.type not in ("SoftmaxWithLoss",):
+        names = node.top_names
+        contributes = any(w for w in node.loss_weights) or any(n in under_loss for n in names)
+        skip_down = all(n in skip for n in names)
+        if node.need_backward and skip_down:
             node.need_backward = False
+            node.bottom_need = [False] * len(node.bottom_need)
+        if not contributes:
+            node.need_backward = False
+        for k, name in enumerate(node.bottom_names):
+            if contributes:
+                under_loss.add(name)
+            else:
+                node.bottom_need[k] = False
+            if not node.bottom_need[k]:
+                skip.add(name)
+    if force:
+        for node in g.nodes:
+            node.need_backward = not node.is_data
+            node.bottom_need = [True] * len(node.bottoms)
 
 
 def param_count(g: Graph) -> int:
-    return sum(count(p) for n in g.nodes for p in n.info.params)
-
-
-def buffers(node: Node) -> list[Buffer]:
-    return node.info.buffers
+    return sum(count(p) for n in g.nodes for p, shared in zip(n.info.params, n.shared_params) if not shared)

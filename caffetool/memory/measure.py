@@ -85,12 +85,37 @@ def measure(engine: EngineInfo, caffe: Any, net: Any, solver_type: str, input_sh
     with tempfile.TemporaryDirectory(prefix="caffetool-measure-") as tmp:
         folder = Path(tmp)
         prepare(folder, caffe, net, solver_type, input_shape, classes, mode)
-        if mode == "gpu":
-            return gpumeasure.measure(engine.caffe, folder, device)
-        env = {**os.environ, "GLOG_minloglevel": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
-               "PYTHONPATH": os.pathsep.join([str(engine.python_path), os.environ.get("PYTHONPATH", "")])}
-        done = subprocess.run([sys.executable, "-c", CHILD, "solver.prototxt"], cwd=folder, env=env,
-                              capture_output=True, text=True)
+        return _measure_folder(engine, folder, mode, device)
+
+
+def measure_project(engine: EngineInfo, caffe: Any, loaded: Any, solver_type: str, mode: str = "cpu",
+                    device: int = 0) -> dict:
+    """Bytes the engine allocates for a user's own solver (a :class:`caffetool.train.project.Project`,
+    its data as it names it): built, every test net tested once, one step, with ``solver_type``."""
+    from caffetool.train import project  # noqa: PLC0415 - only --solver measures a project
+
+    pb = caffe.proto.caffe_pb2
+    s = loaded.solver
+    s.type = solver_type
+    s.max_iter, s.test_interval, s.test_initialization, s.snapshot, s.snapshot_after_train = 1, 1000, True, 0, False
+    s.solver_mode = pb.SolverParameter.GPU if mode == "gpu" else pb.SolverParameter.CPU
+    if s.test_iter:
+        s.test_iter[:] = [1] * len(s.test_iter)  # one batch allocates what any number does
+    with tempfile.TemporaryDirectory(prefix="caffetool-measure-") as tmp:
+        folder = Path(tmp)
+        project.write(loaded, folder, pb)
+        return _measure_folder(engine, folder, mode, device)
+
+
+def _measure_folder(engine: EngineInfo, folder: Path, mode: str, device: int) -> dict:
+    """What the engine allocates for ``folder/solver.prototxt``: malloc's count in pycaffe (CPU), or
+    NVML's on GPU ``device``."""
+    if mode == "gpu":
+        return gpumeasure.measure(engine.caffe, folder, device)
+    env = {**os.environ, "GLOG_minloglevel": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+           "PYTHONPATH": os.pathsep.join([str(engine.python_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", CHILD, "solver.prototxt"], cwd=folder, env=env,
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise RunError(f"measuring failed: {last_lines(done.stderr)}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -23,6 +23,8 @@ class NetSource:
     origin: str = "net"  # where errors point: the prototxt's path
     solver_type: str | None = None  # from a solver file: its type and iter_size, which flags override
     iter_size: int | None = None
+    test_nets: tuple[Any, ...] | None = None  # from a solver file: its test nets with their states
+    project: Any = None  # from a solver file: the caffetool.train.project.Project it was read from
 
 
 def load(caffe: Any, model: str | None, net_file: str | None, input_shape: str | None = None,
@@ -56,8 +58,9 @@ def _from_solver(caffe: Any, engine: EngineInfo | None, solver_file: str, shape:
     loaded = project.load(solver_file, engine or locate(probe=False), pb2)
     project.set_batches(loaded, batch, test_batch, pb2)
     s = loaded.solver
+    tests = tuple(project.with_test_state(net, s, i, pb2) for i, net in enumerate(loaded.test_nets))
     return NetSource(loaded.train_net, None, loaded.source.stem, shape or project.data_shape(loaded.train_net, pb2), 0,
-                     str(loaded.source), s.type or "SGD", s.iter_size)
+                     str(loaded.source), s.type or "SGD", s.iter_size, tests, loaded)
 
 
 def _shape(text: str | None) -> tuple[int, int, int] | None:

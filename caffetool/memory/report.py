@@ -73,7 +73,7 @@ def figures(nets: dict[str, tuple[Any, est.Options]]) -> list[PublishedFigure]:
         "largest dense net on a 6 GB card (400 MB reserve)", DETTMERS, f"{dense_params_rule():,} parameters",
         f"{rule:,} (weights + gradients); {momentum:,} with SGD momentum",
         "the rule counts 4 bytes x 2 copies per parameter; Caffe's SGD with momentum keeps a third copy "
-        "(the history) and Adam a fourth and fifth, and activations come on top"))
+        "(the history) and Adam a fourth (its second moment), and activations come on top"))
     return out
 
 

@@ -25,10 +25,15 @@ def mib(n: int) -> str:
 
 def estimate_json(name: str, e: Estimate, fixed: int, per_sample: int) -> dict[str, Any]:
     """The whole estimate as one JSON-ready dict (``memory.estimate --json``)."""
-    return {"net": name, "options": asdict(e.options), "rows": [asdict(r) for r in e.rows],
+    options = {k: v for k, v in vars(e.options).items() if k != "test_nets"}
+    options["test_nets"] = None if e.options.test_nets is None else len(e.options.test_nets)
+    return {"net": name, "options": options, "rows": [asdict(r) for r in e.rows],
             "test_rows": [asdict(r) for r in e.test_rows], "groups": e.groups, "allocator": e.allocator,
-            "host_pinned": e.host_pinned, "total": e.total, "params": e.params, "macc": e.macc,
-            "flops": 2 * e.macc, "fixed": fixed, "per_sample": per_sample, "seconds": e.seconds}
+            "host_pinned": e.host_pinned, "total": e.total, "lower_bound": e.lower_bound,
+            "unmodelled": [{"layer": n, "type": t, "assumed": why} for n, t, why in e.unmodelled],
+            "not_counted": [{"layer": n, "what": what} for n, what in e.not_counted],
+            "params": e.params, "macc": e.macc, "flops": 2 * e.macc, "fixed": fixed, "per_sample": per_sample,
+            "seconds": e.seconds}
 
 
 def estimate_lines(name: str, e: Estimate, fixed: int, per_sample: int) -> list[str]:
@@ -43,7 +48,15 @@ def estimate_lines(name: str, e: Estimate, fixed: int, per_sample: int) -> list[
         label = f"(test net: {len(e.test_rows)} layers, weights shared)"
         lines.append(f"{label:<58} activations and scratch {mib(test)} MiB")
     lines.append(f"parameters {e.params:,}; MACCs {e.macc:,} (FLOPs {2 * e.macc:,}) per training batch forward")
-    return lines + _totals(e, fixed, per_sample)
+    return lines + _unknown(e) + _totals(e, fixed, per_sample)
+
+
+def _unknown(e: Estimate) -> list[str]:
+    """The layers whose memory the estimate could not count, so the total is a lower bound."""
+    lines = [f"not modelled: layer {name!r} ({kind}): its own memory is not counted; {why}"
+             for name, kind, why in e.unmodelled]
+    lines += [f"not counted: layer {name!r} holds {what}" for name, what in e.not_counted]
+    return lines
 
 
 def _row(r: Row) -> str:
@@ -56,10 +69,11 @@ def _row(r: Row) -> str:
 def _totals(e: Estimate, fixed: int, per_sample: int) -> list[str]:
     lines = [f"  {group:<14} {mib(size):>12} MiB" for group, size in e.groups.items()]
     if e.allocator:
-        lines.append(f"  {'malloc rounding':<14} {mib(e.allocator):>12} MiB")
+        lines.append(f"  {'malloc+objects':<14} {mib(e.allocator):>12} MiB (glibc's rounding, Caffe's own objects)")
     if e.host_pinned:
         lines.append(f"  {'pinned host':<14} {mib(e.host_pinned):>12} MiB (prefetch batches, not on the device)")
-    lines.append(f"  {'total':<14} {mib(e.total):>12} MiB  = {mib(fixed)} MiB fixed + batch x "
+    total = f"at least {mib(e.total)}" if e.lower_bound else mib(e.total)
+    lines.append(f"  {'total':<14} {total:>12} MiB  = {mib(fixed)} MiB fixed + batch x "
                  f"{mib(per_sample)} MiB per sample")
     lines.append(f"(estimated in {e.seconds * 1e3:.1f} ms)")
     return lines
@@ -74,6 +88,9 @@ def fit_lines(name: str, card: str, options: Options, f: Fit) -> list[str]:
         lines.append("  changes, most memory saved first:")
         lines += [f"   - {ch.name}: saves {mib(ch.saves)} MiB{' (then fits)' if ch.fits else ''}; cost: {ch.cost}"
                   for ch in f.changes]
+    if f.unmodelled:
+        lines.append("  not modelled, so every figure above is a lower bound (the largest batch an upper limit): "
+                     + ", ".join(f"{name} ({kind})" for name, kind, _ in f.unmodelled))
     return lines
 
 
@@ -92,7 +109,7 @@ def measure_lines(name: str, e: Estimate, got: dict) -> list[str]:
     """The estimate against what the engine allocated (``memory.measure``), with the relative error."""
     error = (e.total - got["allocated"]) / got["allocated"]
     return [f"{name}, batch {e.rows[0].top[0]}, {e.options.solver}, {e.options.mode.upper()}:",
-            f"  estimate  {mib(e.total):>10} MiB",
+            f"  estimate  {mib(e.total):>10} MiB{' (at least: some layers are not modelled)' if e.lower_bound else ''}",
             f"  measured  {mib(got['allocated']):>10} MiB  ({MEASURED_BY[e.options.mode]})",
             f"  error     {100 * error:+.2f}%"]
 

@@ -38,7 +38,7 @@ def _load(c: Context, model: str | None, net: str | None, input_shape: str | Non
     source = nets.load(caffe, model, net, input_shape, c.model.dir, batch, solver_file=solver, engine=engine)
     options = est.Options(phase=phase, mode=mode, solver=solver_type or source.solver_type or "SGD", dtype=dtype,
                           batch=batch, iter_size=accumulate or source.iter_size or 1, cudnn=cudnn,
-                          input_shape=source.input_shape, test_net=test_net)
+                          input_shape=source.input_shape, test_net=test_net, test_nets=source.test_nets)
     return caffe, source, options
 
 
@@ -88,22 +88,27 @@ def fit(c: Context, model: str | None = None, net: str | None = None, batch_size
     print("\n".join(table.fit_lines(source.name, gpu or gpu_memory, options, f)))
 
 
-@task(help={**without("phase", "dtype", "iter_size", "cudnn", "no_test_net", "solver"),
+@task(help={**without("phase", "dtype", "iter_size", "cudnn", "no_test_net"),
             "classes": "number of classes of the random labels (default: the model's)",
             "device": "with --mode gpu: the GPU to measure on, by id (default 0)"})
 def measure(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
-            type: str = "SGD", mode: str = "cpu", input_shape: str | None = None,
-            classes: str | None = None, device: str = "0") -> None:
+            type: str | None = None, mode: str = "cpu", input_shape: str | None = None,
+            classes: str | None = None, device: str = "0", solver: str | None = None) -> None:
     """Measure what the real engine allocates (solver, one test pass, one step) next to the estimate."""
+    # A --solver is measured on its own data; --model and --net on random images of their input shape.
     from caffetool.memory import measure as measuring  # noqa: PLC0415
 
     labels = count(classes, "--classes")
     gpu_id = number(device, "--device", int, minimum=0, maximum=63)
     engine = locate(c.engine.prefix, probe=False)
-    caffe, source, options = _load(c, model, net, input_shape, batch_size, type, "train", mode, "fp32", None, False)
+    caffe, source, options = _load(c, model, net, input_shape, batch_size, type, "train", mode, "fp32", None, False,
+                                   solver=solver)
     e = est.estimate(source.net, options, source.text, source.origin)
-    got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
-                            labels or source.num_classes or 10, options.mode, gpu_id)
+    if source.project is not None:  # the user's own data, as the solver names it
+        got = measuring.measure_project(engine, caffe, source.project, options.solver, options.mode, gpu_id)
+    else:
+        got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
+                                labels or source.num_classes or 10, options.mode, gpu_id)
     print("\n".join(table.measure_lines(source.name, e, got)))
 
 

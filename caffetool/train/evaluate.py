@@ -31,7 +31,7 @@ from typing import Any
 from caffetool.engine import EngineInfo
 from caffetool.errors import NetError, RunError
 from caffetool.nets import prototxt
-from caffetool.train import caffe_commands, snapshots
+from caffetool.train import caffe_commands, project, snapshots
 from caffetool.train.logparse import ROW_KEYS, Metrics, outputs
 
 BY_TRAIN = "caffe train"
@@ -73,17 +73,8 @@ def test_nets(solver_file: Path, cwd: Path, caffe_pb2: ModuleType) -> list[TestN
     elif solver.net:
         generic = prototxt.read(cwd / solver.net, caffe_pb2.NetParameter())
         nets += [(f"net {solver.net}", generic)] * (len(solver.test_iter) - len(nets))
-    out = []
-    for i, ((source, net), batches) in enumerate(zip(nets, solver.test_iter)):
-        state = caffe_pb2.NetState(phase=caffe_pb2.TEST)
-        state.MergeFrom(net.state)
-        if len(solver.test_state) > i:
-            state.MergeFrom(solver.test_state[i])
-        tested = caffe_pb2.NetParameter()
-        tested.CopyFrom(net)
-        tested.state.CopyFrom(state)
-        out.append(TestNet(i, tested, batches, source))
-    return out
+    return [TestNet(i, project.with_test_state(net, solver, i, caffe_pb2), batches, source)
+            for i, ((source, net), batches) in enumerate(zip(nets, solver.test_iter))]
 
 
 def final_weights(run_dir: Path, metrics: Metrics) -> Path | None:
@@ -162,9 +153,7 @@ def keep_log(run_dir: Path, title: str, log: str) -> None:
 def last_figures(m: Metrics) -> dict[str, Any]:
     """A run's last figures, as its manifest's ``final`` holds them: each train output's, and each
     test net's last row (whose ``NumIters`` is the iteration it was measured at)."""
-    loss = m.latest("loss", -1)
-    out: dict[str, Any] = {"iteration": m.iteration,
-                           "train_loss": m.latest("smoothed_loss", -1) if loss is None else loss,
+    out: dict[str, Any] = {"iteration": m.iteration, "train_loss": m.train_loss(),
                            "train": {name: m.latest(name, -1) for name in outputs(m.train)}}
     for net, rows in sorted(m.test.items()):
         if rows:

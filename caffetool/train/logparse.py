@@ -83,6 +83,14 @@ class Metrics:
                 return row[key]
         return None
 
+    def train_loss(self) -> float | None:
+        """The last train row's loss: its output named ``loss``, else Caffe's smoothed loss (all that
+        the line of a run's final iteration has: ``Iteration 300, loss = 0.57``)."""
+        if not self.train:
+            return None
+        row = self.train[-1]
+        return row["loss"] if row.get("loss") is not None else row.get("smoothed_loss")
+
     def add_test(self, net: int, row: dict) -> bool:
         """Adds a test row measured outside the log (``caffe test``), in iteration order; a row for
         an iteration the net already has is not added (``False``)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from caffetool.errors import ConfigError
@@ -26,12 +28,18 @@ def gpu_memory() -> list[int]:
     return [int(float(x)) * 2**20 for x in done.stdout.split()] if done.returncode == 0 else []
 
 
-def check(net: Any, options: est.Options, capacities: list[int], reserve: int = RESERVE) -> int | None:
-    """Bytes the run needs per GPU; raises when the smallest of ``capacities`` cannot hold it."""
+def check(net: Any, options: est.Options, capacities: list[int], reserve: int = RESERVE,
+          say: Callable[[str], None] = print) -> int | None:
+    """Bytes the run needs per GPU; raises when the smallest of ``capacities`` cannot hold it. Layers
+    the estimator does not model make the figure a lower bound, which is said."""
     if not capacities:
         return None
-    options = est.Options(**{**options.__dict__, "mode": "gpu"})
-    need = est.estimate(net, options).total
+    options = replace(options, mode="gpu")
+    estimate = est.estimate(net, options)
+    need = estimate.total
+    if estimate.lower_bound:
+        layers = ", ".join(f"{name} ({kind})" for name, kind, _ in estimate.unmodelled) or "its data files"
+        say(f"memory check: at least {need / 2**30:.2f} GiB per GPU; not counted: {layers}")
     budget = min(capacities) - reserve
     if need > budget:
         best = fitting.largest_batch(net, options, budget)
@@ -39,6 +47,6 @@ def check(net: Any, options: est.Options, capacities: list[int], reserve: int = 
                "effective batch, or see `caffetool memory.fit`" if best >= 1 else
                "not even a batch of 1 fits; use a GPU with more memory, or --gpu cpu")
         raise ConfigError(
-            f"this run needs about {need / 2**30:.2f} GiB per GPU, more than the {max(budget, 0) / 2**30:.2f} GiB "
+            f"this run needs {'at least' if estimate.lower_bound else 'about'} {need / 2**30:.2f} GiB per GPU, more than the {max(budget, 0) / 2**30:.2f} GiB "
             f"available ({min(capacities) / 2**30:.1f} GiB less {reserve / 2**20:.0f} MiB kept free); {fix}")
     return need

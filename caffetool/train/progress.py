@@ -30,8 +30,7 @@ def figures(m: Metrics) -> list[tuple[str, float]]:
     weighted sum of the losses), then ``test accuracy`` (``test#k ...`` when there are several test
     nets); a test net without an accuracy shows each of its outputs."""
     out = []
-    loss = m.latest("loss", -1)
-    if (loss := m.latest("smoothed_loss", -1) if loss is None else loss) is not None:
+    if (loss := m.train_loss()) is not None:
         out.append(("loss", loss))
     for net, rows in sorted(m.test.items()):
         label = "test" if len(m.test) == 1 else f"test#{net}"

@@ -278,6 +278,19 @@ def data_shape(net: Message, caffe_pb2: ModuleType) -> tuple[int, int, int] | No
     return tuple(shape) if shape else None
 
 
+def with_test_state(net: Message, solver: Message, index: int, caffe_pb2: ModuleType) -> Message:
+    """A copy of ``net`` with the state Caffe's ``Solver::InitTestNets`` gives test net ``index``: the
+    TEST phase, merged with the net's own ``state`` and the solver's ``test_state`` for that net."""
+    state = caffe_pb2.NetState(phase=caffe_pb2.TEST)
+    state.MergeFrom(net.state)
+    if len(solver.test_state) > index:
+        state.MergeFrom(solver.test_state[index])
+    tested = caffe_pb2.NetParameter()
+    tested.CopyFrom(net)
+    tested.state.CopyFrom(state)
+    return tested
+
+
 def _in_test(layer: Message, caffe_pb2: ModuleType) -> bool:
     """Whether ``layer`` is part of the net in the TEST phase."""
     return _in_phase(layer, caffe_pb2.TEST)

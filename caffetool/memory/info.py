@@ -1,0 +1,89 @@
+"""What a layer rule returns: its tops' shapes, parameters, compute and the memory it owns.
+
+Shared by every rule module (:mod:`caffetool.memory.vision`, ``neurons``, ``shaping``, ``losses``,
+``recurrent``) and read by :mod:`caffetool.memory.graph` and :mod:`caffetool.memory.estimate`.
+Caffe's ``SyncedMemory`` allocates on first touch, so every buffer carries the step that first
+touches it; a buffer no step touches costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Shape = tuple[int, ...]
+
+SETUP, FORWARD, BACKWARD = "setup", "forward", "backward"
+PROPAGATE = "propagate"  # backward, only when a gradient goes to the layer's input
+NEVER = "never"  # reshaped (a Blob object exists) but never touched: holds no memory
+FLOAT, INT = 4, -4  # a float scales with --dtype; an int (argmax, masks, offsets) never shrinks
+
+
+@dataclass
+class Buffer:
+    """A blob the layer owns (``name``: its member in the C++ class), ``count`` elements."""
+
+    name: str
+    count: int
+    when: str  # SETUP, FORWARD, BACKWARD, PROPAGATE; "gpu-"/"cpu-" first: only that device's code
+    itemsize: int = FLOAT
+
+
+@dataclass
+class LayerInfo:
+    """One layer as Caffe sets it up.
+
+    ``bottom_diff``: when back-propagating, which bottoms get a gradient blob — ``propagate``
+    (those Net::Init marks), ``always`` (the layer takes ``mutable_cpu_diff`` before checking
+    ``propagate_down``), ``first`` (only bottom 0, always) or ``none``.
+    ``alias``: top index -> bottom index whose data and gradient the top shares (``ShareData`` and
+    ``ShareDiff``: Flatten, Reshape, a one-input Concat); ``INSIDE`` means the top shares an inner
+    net's blob, counted with that net.
+    ``inner``: a NetParameter Caffe builds and runs inside the layer (RNN, LSTM), with ``inner_external``
+    the names of its blobs that share the layer's bottoms.
+    ``cudnn``: with ``--cudnn`` on a GPU, the cuDNN class Caffe's layer factory picks instead.
+    """
+
+    tops: list[Shape]
+    params: list[Shape] = field(default_factory=list)
+    macc: int = 0
+    buffers: list[Buffer] = field(default_factory=list)
+    group: int = 1
+    bottom_diff: str = "propagate"
+    alias: dict[int, int] = field(default_factory=dict)
+    inner: Any = None
+    inner_external: tuple[str, ...] = ()
+    inner_setup_diffs: tuple[str, ...] = ()  # inner blobs whose gradient the layer zeroes at set-up
+    cudnn: str | None = None
+    forward_diff: tuple[int, ...] = ()  # bottoms whose gradient blob the forward pass uses as scratch
+    gpu_forward_diff: tuple[int, ...] = ()  # the same, only in ``Forward_gpu``
+
+
+INSIDE = -1
+
+
+def count(shape: Sequence[int]) -> int:
+    """Elements in a blob of ``shape`` (a scalar blob holds one)."""
+    return math.prod(shape) if shape else 1
+
+
+def axis_index(axis: int, shape: Shape) -> int:
+    """Caffe's ``CanonicalAxisIndex``: a negative axis counts from the end."""
+    return axis + len(shape) if axis < 0 else axis
+
+
+def field_or(message: Any, name: str, default: Any) -> Any:
+    """A proto field's value when set, else ``default`` (Caffe's own default may differ by layer)."""
+    return getattr(message, name) if message.HasField(name) else default
+
+
+def phase_of(layer: Any, phase: str) -> str:
+    """The phase a layer runs in: its own ``phase`` field wins over the net's."""
+    return ("train", "test")[layer.phase] if layer.HasField("phase") else phase
+
+
+def in_place(layer: Any, top: int = 0, bottom: int = 0) -> bool:
+    """Caffe computes in place when a top has the same name as the bottom at the same index."""
+    return len(layer.top) > top and len(layer.bottom) > bottom and layer.top[top] == layer.bottom[bottom]
