@@ -1,12 +1,15 @@
 """A trained model loaded once for the demo: deploy net, weights, labels and the transform.
 
 From a run directory everything is known: ``deploy.prototxt``, the newest ``.caffemodel``,
-``labels.txt``, and the TEST-phase transform (scale, mean) of ``train_val.prototxt`` or, for a
-``--solver`` run, of its first test net. Files can also be given one by one. The model is first
-built in a child process (Caffe aborts the process on a corrupt file), so a bad model fails start-up
-with a clear message, not the first request.
+``labels.txt``, the TEST-phase transform (scale, mean, crop) of ``train_val.prototxt`` or, for a
+``--solver`` run, of its first test net, and the size of the training images (a crop net's images
+are resized to it before the crop). Files can also be given one by one, with the colour options of
+pycaffe's ``Classifier`` (:class:`.preprocess.Colour`). The model is first built in a child process
+(Caffe aborts the process on a corrupt file), so a bad model fails start-up with a clear message,
+not the first request.
 Two backends: pycaffe (``caffe.Net``, exact) and OpenCV DNN (``cv2.dnn.readNetFromCaffe``); both
-run forward passes one at a time behind a lock, since neither net object is thread-safe.
+run forward passes one at a time behind a lock, since neither net object is thread-safe. Only the
+pycaffe backend shows a layer's activations (OpenCV DNN fuses layers and keeps no per-layer blobs).
 """
 
 from __future__ import annotations
@@ -14,22 +17,29 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
-from google.protobuf.message import DecodeError
 
-from caffetool.demo import preprocess
+from caffetool.demo import grids, preprocess
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.choices import choose
 from caffetool.errors import ConfigError, DataError, NetError, RunError
-from caffetool.nets import check, prototxt
+from caffetool.nets import check, prototxt, transform
 from caffetool.train import snapshots
 
 BACKENDS = ("caffe", "opencv")
+
+
+class UnknownLayer(ConfigError):
+    """A layer asked for by name that the net does not have, or whose output is not 4-D."""
+
+
+class NoVisualizations(ConfigError):
+    """Visualizations asked of a model that cannot show them (OpenCV backend, no 4-D layer)."""
 
 
 @dataclass
@@ -41,21 +51,34 @@ class ModelFiles:
     scale: float | None = None
     run: Path | None = None
     white_on_black: bool | None = None
+    # colour nets, as pycaffe's Classifier takes them (None: the default of preprocess.Colour, or the run's)
+    mean_values: tuple[float, ...] | None = None
+    channel_swap: tuple[int, ...] | None = None
+    raw_scale: float | None = None
+    image_dims: tuple[int, int] | None = None
+    oversample: bool = False
+    train_size: tuple[int, int] | None = None  # (H, W) of the run's training images
 
 
 def from_run(run_dir: Path) -> ModelFiles:
     weights = snapshots.newest_weights(run_dir)
     if weights is None:
         raise RunError(f"run {run_dir} has no .caffemodel yet; train it first (or give --weights)")
-    white = None
+    dataset = _dataset_manifest(run_dir)
+    shape = (dataset.get("splits") or {}).get("train", {}).get("shape")
+    size = (int(shape[1]), int(shape[2])) if isinstance(shape, list) and len(shape) == 3 else None
+    return ModelFiles(run_dir / "deploy.prototxt", weights, run_dir / "labels.txt", run=run_dir,
+                      white_on_black=dataset.get("white_on_black"), train_size=size)
+
+
+def _dataset_manifest(run_dir: Path) -> dict:
+    """The manifest of the data set the run trained on; empty when the run has none (``--solver`` runs)."""
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())
-        dataset_manifest = Path(manifest["dataset"]["path"]) / "manifest.json"
-        white = json.loads(dataset_manifest.read_text()).get("white_on_black")
+        found = json.loads((Path(manifest["dataset"]["path"]) / "manifest.json").read_text())
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return ModelFiles(run_dir / "deploy.prototxt", weights, run_dir / "labels.txt", run=run_dir,
-                      white_on_black=white)
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass
@@ -68,17 +91,30 @@ class Classifier:
     max_pixels: int = preprocess.MAX_PIXELS
     max_decoded_bytes: int = preprocess.MAX_DECODED_BYTES
     _forward: object = None
+    _net: Any = None  # the caffe.Net (pycaffe backend only): activations and filters
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _filters_png: bytes | None = None
 
     def describe(self) -> dict:
         t = self.transform
-        return {"name": self.name, "backend": self.backend, "input_shape": [1, t.channels, t.height, t.width],
-                "classes": self.labels, "run": str(self.files.run) if self.files.run else None,
-                "weights": str(self.files.weights), "scale": t.scale, "white_on_black": t.white_on_black}
+        described = {"name": self.name, "backend": self.backend, "input_shape": [1, t.channels, t.height, t.width],
+                     "classes": self.labels, "run": str(self.files.run) if self.files.run else None,
+                     "weights": str(self.files.weights), "scale": t.scale, "white_on_black": t.white_on_black,
+                     "colour": None}
+        if t.colour is not None:
+            c = t.colour
+            described["colour"] = {
+                "image_dims": list(c.image_dims or (t.height, t.width)), "oversample": c.oversample,
+                "channel_swap": list(c.channel_swap) if c.channel_swap else None, "raw_scale": c.raw_scale,
+                "mean": None if t.mean is None else [float(v) for v in t.mean] if t.mean.ndim == 1 else "image"}
+        return described
 
     def probabilities(self, blob: np.ndarray) -> np.ndarray:
+        """The class probabilities of a (N, C, H, W) blob; N oversampled crops are averaged,
+        as ``caffe.Classifier.predict`` averages them."""
         with self._lock:
-            return self._forward(blob)
+            probs = self._forward(blob)
+        return probs[0] if len(probs) == 1 else probs.mean(0)
 
     def classify(self, data: bytes, top: int = 5, want_input: bool = False) -> dict:
         prepared = preprocess.prepare(data, self.transform, self.max_pixels, self.max_decoded_bytes)
@@ -91,13 +127,62 @@ class Classifier:
             "top": [{"label": self.labels[i], "index": int(i), "prob": float(probs[i])} for i in order],
             "timings_ms": {"decode": round(prepared.decode_ms, 3), "preprocess": round(prepared.preprocess_ms, 3),
                            "forward": round(forward_ms, 3)},
+            "forward_ms": round(forward_ms, 3),
+            "crops": int(prepared.blob.shape[0]),
             "inverted": prepared.inverted,
             "model": self.name,
         }
         if want_input:
-            ok, png = cv2.imencode(".png", prepared.seen)
-            result["input_png"] = png.tobytes() if ok else b""
+            result["input_png"] = grids.png(prepared.seen)
         return result
+
+    def visualize(self, data: bytes, layer: str | None = None) -> dict:
+        """The first convolution's filters and ``layer``'s activations for this image (default: the
+        first convolution's), as PNG grids (:mod:`.grids`), with the layers that can be shown.
+
+        The image is prepared as for :meth:`classify`, its centre crop only.
+        """
+        if self._net is None:
+            raise NoVisualizations(f"visualizations need the caffe backend; {self.name} runs on {self.backend} "
+                                   "(serve it with --backend caffe)")
+        shown = _shown_layers(self._net)
+        if not shown:
+            raise NoVisualizations(f"{self.name} has no layer with a 4-D output (N, C, H, W) to show")
+        conv = _first_convolution(self._net)
+        chosen = layer or (conv if conv in shown else next(iter(shown)))
+        if chosen not in shown:
+            raise UnknownLayer(f"layer {chosen!r} is not one whose output can be shown; "
+                               f"choose one of: {', '.join(shown)}")
+        t = self.transform
+        single = replace(t, colour=replace(t.colour, oversample=False)) if t.colour else t
+        blob = preprocess.prepare(data, single, self.max_pixels, self.max_decoded_bytes).blob
+        with self._lock:
+            self._forward(blob)
+            activations = self._net.blobs[shown[chosen]].data[0].copy()
+        if self._filters_png is None and conv is not None:
+            self._filters_png = grids.png(grids.tile(grids.filters(self._net.params[conv][0].data)))
+        return {"layer": chosen, "layers": list(shown), "filters_png": self._filters_png,
+                "activations_png": grids.png(grids.tile(activations)),
+                "activations_shape": list(activations.shape),
+                "filters_shape": list(self._net.params[conv][0].data.shape) if conv else None}
+
+
+def _shown_layers(net: Any) -> dict[str, str]:
+    """Layer name → top blob, in order, for the layers that make a new 4-D blob. Not listed: in-place
+    layers (ReLU), which share their input's blob; Input layers, which hold the image itself; and the
+    Split layers Caffe inserts where one blob feeds several layers, whose tops are copies."""
+    shown = {}
+    for name, kind in zip(net._layer_names, (layer.type for layer in net.layers)):
+        tops, bottoms = net.top_names[name], net.bottom_names[name]
+        if kind in ("Input", "Split") or not tops or tops[0] in bottoms:
+            continue
+        if net.blobs[tops[0]].data.ndim == 4:
+            shown[name] = tops[0]
+    return shown
+
+
+def _first_convolution(net: Any) -> str | None:
+    return next((name for name, layer in zip(net._layer_names, net.layers) if layer.type == "Convolution"), None)
 
 
 def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate: bool = True) -> Classifier:
@@ -120,14 +205,17 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
     labels = None if unnamed else _read_labels(files.labels)
     transform = _transform(caffe, files, channels, height, width)
+    net = None
     if backend == "caffe":
         net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
-        net.blobs["data"].reshape(1, channels, height, width)
-        net.reshape()
+        data = net.inputs[0] if net.inputs else "data"
 
         def forward(blob: np.ndarray) -> np.ndarray:
-            net.blobs["data"].data[...] = blob
-            return net.forward()[output][0].reshape(-1).copy()
+            if net.blobs[data].data.shape != blob.shape:  # one image, or ten oversampled crops
+                net.blobs[data].reshape(*blob.shape)
+                net.reshape()
+            net.blobs[data].data[...] = blob
+            return net.forward()[output].reshape(len(blob), -1).copy()
     else:
         try:
             cvnet = cv2.dnn.readNetFromCaffe(str(files.deploy), str(files.weights))
@@ -136,15 +224,15 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
 
         def forward(blob: np.ndarray) -> np.ndarray:
             cvnet.setInput(blob)
-            return cvnet.forward(output).reshape(-1).copy()
+            return cvnet.forward(output).reshape(len(blob), -1).copy()
 
-    probs = forward(np.zeros((1, channels, height, width), np.float32))
+    probs = forward(np.zeros((1, channels, height, width), np.float32))[0]
     if labels is None:
         labels = [str(i) for i in range(probs.size)]
     if probs.size != len(labels):
         raise NetError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
     name = files.run.name if files.run else files.weights.stem
-    return Classifier(name, backend, transform, labels, files, _forward=forward)
+    return Classifier(name, backend, transform, labels, files, _forward=forward, _net=net)
 
 
 def _read_labels(path: Path) -> list[str]:
@@ -167,48 +255,50 @@ def _input_shape(net: Any, path: Path) -> tuple[int, int, int]:
     raise NetError(f"{path} has no 4-D Input layer (N, C, H, W) to take images")
 
 
-TRAINED_NETS = ("train_val.prototxt", "test_net_0.prototxt", "train_net.prototxt")
-"""Where a run's data transform is: the generated net, or a ``--solver`` run's copies of the user's nets."""
-
-
 def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width: int) -> preprocess.Transform:
-    scale, mean = 1.0, None
-    train_val = next((files.run / name for name in TRAINED_NETS if (files.run / name).is_file()), None) \
-        if files.run else None
-    if train_val:
-        net = prototxt.read(train_val, caffe.proto.caffe_pb2.NetParameter())
-        data = [layer for layer in net.layer if layer.type == "Data"]
-        test = next((layer for layer in data if any(r.phase == caffe.proto.caffe_pb2.TEST for r in layer.include)),
-                    data[0] if data else None)
-        if test is not None:
-            tp = test.transform_param
-            scale = tp.scale if tp.HasField("scale") else 1.0
-            if tp.mean_value:
-                mean = np.array(list(tp.mean_value), np.float32)
-            elif tp.mean_file:
-                files.mean = files.mean or Path(tp.mean_file)
+    """The run's TEST transform (or the files' own options), and for a colour net pycaffe's steps."""
+    pb2 = caffe.proto.caffe_pb2
+    scale, mean, crop = 1.0, None, 0
+    tp = transform.test_transform(files.run, pb2) if files.run else None
+    if tp is not None:
+        scale = tp.scale if tp.HasField("scale") else 1.0
+        crop = tp.crop_size
+        if tp.mean_value:
+            mean = np.array(list(tp.mean_value), np.float32)
+        elif tp.mean_file:
+            files.mean = files.mean or Path(tp.mean_file)
     if files.scale is not None:
         scale = files.scale
-    if files.mean is not None:
-        mean = _read_mean(caffe, files.mean, channels, height, width)
+    if files.mean_values is not None:
+        mean = np.array(files.mean_values, np.float32)
+    elif files.mean is not None:
+        mean = transform.read_mean(pb2, files.mean, channels, height, width)
+    if mean is not None and mean.ndim == 1 and mean.size not in (1, channels):
+        raise ConfigError(f"{mean.size} mean values for a net of {channels} channels; give 1 or {channels}")
     white = files.white_on_black if files.white_on_black is not None else False
-    return preprocess.Transform(channels, height, width, float(scale), mean, white)
+    colour = _colour(files, channels, height, width, files.train_size if crop else None)
+    return preprocess.Transform(channels, height, width, float(scale), mean, white, colour)
 
 
-def _read_mean(caffe: Any, path: Path, channels: int, height: int, width: int) -> np.ndarray:
-    """The mean as per-channel values or a (C, H, W) image, from .npy or Caffe's .binaryproto."""
-    try:
-        if path.suffix == ".npy":
-            mean = np.load(path, allow_pickle=False).astype(np.float32)
-        else:
-            blob = caffe.proto.caffe_pb2.BlobProto()
-            blob.ParseFromString(Path(path).read_bytes())
-            mean = np.array(blob.data, np.float32).reshape(blob.channels, blob.height, blob.width)
-    except (OSError, ValueError, DecodeError) as e:
-        raise DataError(f"mean {path} cannot be read as a mean image ({e}); give a .npy or .binaryproto "
-                        "(invoke data.mean writes one)") from None
-    if mean.ndim == 3 and mean.shape[1:] != (height, width):
-        mean = mean.mean(axis=(1, 2))  # a crop-sized net with a full-size mean: per-channel values
-    if mean.shape[0] != channels:
-        raise DataError(f"mean {path} has {mean.shape[0]} channels, the net takes {channels}")
-    return mean
+def _colour(files: ModelFiles, channels: int, height: int, width: int,
+            trained: tuple[int, int] | None) -> preprocess.Colour | None:
+    """pycaffe's steps for a 3-channel net; a crop net from a run resizes to its training images' size."""
+    asked = {"--channel-swap": files.channel_swap, "--raw-scale": files.raw_scale,
+             "--image-dims": files.image_dims, "--oversample": files.oversample or None}
+    if channels != 3:
+        given = [flag for flag, value in asked.items() if value is not None]
+        if given:
+            raise ConfigError(f"only colour (3-channel) nets take {', '.join(given)}; this net takes {channels} "
+                              "channel(s) and is fed as its training data was")
+        return None
+    default = preprocess.Colour()
+    swap = files.channel_swap if files.channel_swap is not None else default.channel_swap
+    if sorted(swap) != list(range(channels)):
+        raise ConfigError(f"--channel-swap {','.join(map(str, swap))} is not an order of the net's "
+                          f"{channels} channels (a permutation of 0..{channels - 1})")
+    dims = files.image_dims or (trained if trained and trained[0] >= height and trained[1] >= width else None)
+    if dims is not None and (dims[0] < height or dims[1] < width):
+        raise ConfigError(f"--image-dims {dims[0]},{dims[1]} is smaller than the net's {height}x{width} input; "
+                          "images are resized to it and then cropped")
+    raw = files.raw_scale if files.raw_scale is not None else default.raw_scale
+    return preprocess.Colour(tuple(dims) if dims else None, tuple(swap), float(raw), files.oversample)

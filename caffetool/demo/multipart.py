@@ -1,59 +1,107 @@
-"""The image in a request body: the first file of a multipart form, or the body itself.
+"""The images in a request body: the files of a multipart form, or the body itself.
 
 Multipart is parsed here, with python-multipart's streaming parser over the bytes already read,
 rather than by Starlette's ``request.form()``: that spools every uploaded file past 1 MB to a
 temporary file on disk, and the demo keeps uploads in memory only (the body it parses is already
-capped at ``--max-body``).
+capped at ``--max-body``). A form may carry several files ("classify many"); every non-empty part
+counts as one, up to a limit, and keeps the file name its client gave, for the answer to name it.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from caffetool.errors import ImageError
 
+MAX_NAME = 200  # characters of a client's file name echoed back
+
 
 class BadMultipart(ImageError):
     """A multipart body that is malformed or holds no file."""
 
 
-def image_bytes(content_type: str, body: bytes) -> bytes:
-    """The first non-empty part of a ``multipart/form-data`` body, or ``body`` for any other type."""
+class TooManyFiles(ImageError):
+    """A multipart body holding more files than one request may classify."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One image of a request: its bytes, and the file name the client gave (None for a raw body)."""
+
+    name: str | None
+    data: bytes
+
+
+def uploads(content_type: str, body: bytes, max_files: int | None = None) -> list[Upload]:
+    """The non-empty parts of a ``multipart/form-data`` body, in order, or ``body`` for any other type."""
     kind, options = parse_options_header(content_type)
     if kind != b"multipart/form-data":
-        return body
+        return [Upload(None, body)]
     boundary = options.get(b"boundary")
     if not boundary:
         raise BadMultipart("multipart body without a boundary")
-    files = [part for part in _parts(boundary, body) if part]
+    files = [part for part in _parts(boundary, body) if part.data]
     if not files:
         raise BadMultipart("the multipart body holds no file")
-    return files[0]
+    if max_files is not None and len(files) > max_files:
+        raise TooManyFiles(f"{len(files)} files in one request, over the limit of {max_files}")
+    return files
 
 
-def _parts(boundary: bytes, body: bytes) -> list[bytes]:
-    """The data of every complete part of ``body``, in order."""
-    parts: list[bytes] = []
-    current: list[bytearray] = []
+def image_bytes(content_type: str, body: bytes) -> bytes:
+    """The first non-empty part of a ``multipart/form-data`` body, or ``body`` for any other type."""
+    return uploads(content_type, body)[0].data
+
+
+def _parts(boundary: bytes, body: bytes) -> list[Upload]:
+    """Every complete part of ``body``, in order, with its file name."""
+    parts: list[Upload] = []
+    data: list[bytearray] = []
+    headers: dict[bytes, bytes] = {}
+    field, value = bytearray(), bytearray()
 
     def on_part_begin() -> None:
-        current.append(bytearray())
+        data.append(bytearray())
+        headers.clear()
 
-    def on_part_data(data: bytes, start: int, end: int) -> None:
-        current[-1] += data[start:end]
+    def on_header_field(chunk: bytes, start: int, end: int) -> None:
+        field.extend(chunk[start:end])
+
+    def on_header_value(chunk: bytes, start: int, end: int) -> None:
+        value.extend(chunk[start:end])
+
+    def on_header_end() -> None:
+        headers[bytes(field).lower()] = bytes(value)
+        field.clear()
+        value.clear()
+
+    def on_part_data(chunk: bytes, start: int, end: int) -> None:
+        data[-1] += chunk[start:end]
 
     def on_part_end() -> None:
-        parts.append(bytes(current.pop()))
+        parts.append(Upload(_file_name(headers.get(b"content-disposition", b"")), bytes(data.pop())))
 
-    # By hand, not request.form(): Starlette would spool files over 1 MB to disk; uploads stay in memory.
-    parser = MultipartParser(boundary, {"on_part_begin": on_part_begin, "on_part_data": on_part_data,
-                                        "on_part_end": on_part_end})
+    parser = MultipartParser(boundary, {
+        "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
+        "on_header_end": on_header_end, "on_part_data": on_part_data, "on_part_end": on_part_end})
     try:
         parser.write(body)
         parser.finalize()
     except MultipartParseError as e:
         raise BadMultipart(f"malformed multipart body: {e}") from None
-    if current:
+    if data:
         raise BadMultipart("the multipart body ends inside a part, before its closing boundary")
     return parts
+
+
+def _file_name(disposition: bytes) -> str | None:
+    """The last path component of a part's ``filename`` (old browsers send the whole path), printable."""
+    raw = parse_options_header(disposition)[1].get(b"filename")
+    if not raw:
+        return None
+    name = re.split(r"[\\/]", raw.decode("utf-8", errors="replace"))[-1]
+    return "".join(ch for ch in name if ch.isprintable())[:MAX_NAME] or None

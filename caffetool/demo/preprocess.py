@@ -1,18 +1,20 @@
-"""Turning uploaded bytes into the array the network takes, with OpenCV.
+"""Turning uploaded bytes into the array the network takes.
 
-The steps follow the deploy net and the run's training transform: decode (grey or colour as the
-net's input has 1 or 3 channels; alpha composited onto white, as a drawing's transparent
-background would be seen on paper), resize to the input's height and width, then Caffe's
-``DataTransformer`` arithmetic — subtract the mean, multiply by the scale. For data sets of light
-strokes on a dark ground (MNIST, Fashion-MNIST), a picture whose border is light — a photo of a
-digit on paper — is inverted first, and the result says so.
+Grey nets (LeNet on MNIST, Fashion-MNIST) follow the run's training transform with OpenCV: decode in
+grey (alpha composited onto white, as a drawing's transparent background would be seen on paper),
+resize to the input's height and width, then Caffe's ``DataTransformer`` arithmetic — subtract the
+mean, multiply by the scale. For data sets of light strokes on a dark ground, a picture whose border
+is light — a photo of a digit on paper — is inverted first, and the result says so.
+
+Colour nets (CaffeNet, GoogLeNet, ResNet, one's own) are fed as pycaffe's ``caffe.Classifier`` feeds
+them (:mod:`.caffeio`): resize to ``image_dims``, the centre crop or ten oversampled crops, channel
+swap, raw scale, mean, input scale — one blob row per crop, whose predictions are averaged.
 
 Nothing is decoded before its header has been read (:mod:`.imageheader`) and found within two
 limits: pixels, which bound the work of every step, and the bytes the decoded array takes, which
 bound memory — a 16-bit RGBA pixel is 8 bytes, a grey one 1. Errors name what is wrong; which HTTP
 status each one is answered with is the server's business.
 """
-
 from __future__ import annotations
 
 import time
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from caffetool.demo import imageheader
+from caffetool.demo import caffeio, imageheader
 from caffetool.errors import ImageError
 
 MAX_PIXELS = 40_000_000
@@ -41,19 +43,34 @@ class ImageTooLarge(BadImage):
 
 
 @dataclass(frozen=True)
+class Colour:
+    """How a colour net is fed, in the terms of pycaffe's ``Classifier`` (and ``classify.py``'s flags).
+
+    The defaults give what Caffe's data layers give a net trained on ``convert_imageset`` databases:
+    BGR pixel values from 0 to 255.
+    """
+
+    image_dims: tuple[int, int] | None = None  # resize to (H, W) before cropping; None: the input size
+    channel_swap: tuple[int, ...] | None = (2, 1, 0)  # RGB -> BGR
+    raw_scale: float | None = 255.0  # [0, 1] -> [0, 255], before the mean
+    oversample: bool = False  # ten crops (corners, centre, mirrored) averaged, instead of the centre
+
+
+@dataclass(frozen=True)
 class Transform:
     channels: int
     height: int
     width: int
-    scale: float = 1.0
+    scale: float = 1.0  # after the mean: Caffe's transform_param.scale, pycaffe's input_scale
     mean: np.ndarray | None = None  # (C,) per-channel values or (C, H, W) image
     white_on_black: bool = False
+    colour: Colour | None = None  # pycaffe's Classifier steps; None: the grey path's OpenCV steps
 
 
 @dataclass
 class Prepared:
-    blob: np.ndarray  # (1, C, H, W) float32, what the net takes
-    seen: np.ndarray  # (H, W) or (H, W, 3) uint8: the input as the network sees it (before mean/scale)
+    blob: np.ndarray  # (N, C, H, W) float32, what the net takes: one row, or ten oversampled crops
+    seen: np.ndarray  # (H, W) or (H, W, 3) BGR uint8: the (centre) input as the net sees it, before mean/scale
     inverted: bool
     decode_ms: float
     preprocess_ms: float
@@ -64,6 +81,9 @@ def prepare(data: bytes, t: Transform, max_pixels: int = MAX_PIXELS,
     start = time.perf_counter()
     image = decode(data, max_pixels, max_decoded_bytes)
     decoded = time.perf_counter()
+    if t.colour is not None:
+        blob, seen = _colour(image, t, t.colour)
+        return Prepared(blob, seen, False, (decoded - start) * 1e3, (time.perf_counter() - decoded) * 1e3)
     image = _to_channels(_to_uint8(image), t.channels)
     if image.shape[:2] != (t.height, t.width):
         interpolation = cv2.INTER_AREA if image.shape[0] > t.height else cv2.INTER_LINEAR
@@ -77,6 +97,18 @@ def prepare(data: bytes, t: Transform, max_pixels: int = MAX_PIXELS,
     chw *= np.float32(t.scale)
     done = time.perf_counter()
     return Prepared(chw[None], image, inverted, (decoded - start) * 1e3, (done - decoded) * 1e3)
+
+
+def _colour(image: np.ndarray, t: Transform, colour: Colour) -> tuple[np.ndarray, np.ndarray]:
+    """pycaffe's ``Classifier.predict`` preprocessing of one image: (blob, centre crop as seen)."""
+    resized = caffeio.resize_image(caffeio.rgb_float(caffeio.shrink_large(image)),
+                                   colour.image_dims or (t.height, t.width))
+    crop = (t.height, t.width)
+    centre = caffeio.centre_crop(resized, crop)
+    crops = caffeio.oversample(resized, crop) if colour.oversample else centre[None]
+    blob = np.stack([caffeio.preprocess(c, colour.channel_swap, colour.raw_scale, t.mean, t.scale) for c in crops])
+    seen = np.clip(np.rint(centre * 255), 0, 255).astype(np.uint8)[:, :, ::-1]
+    return blob, np.ascontiguousarray(seen)
 
 
 def decode(data: bytes, max_pixels: int = MAX_PIXELS, max_decoded_bytes: int = MAX_DECODED_BYTES) -> np.ndarray:

@@ -1,51 +1,90 @@
-"""The demo's HTTP server: a page, a JSON API and a health check (Starlette, served by uvicorn).
+"""The demo's HTTP server: a page, a JSON API, the run's page and a health check (Starlette on uvicorn).
 
-Routes: ``GET /`` (upload or draw, see the top-5 as bars, the input as the net sees it, timings),
-``POST /api/classify`` (multipart file or raw image bytes; ``?top=k``; ``?input=1`` adds the
-preprocessed input as a base64 PNG), ``GET /api/model``, ``GET /healthz``. Uploads stay in memory:
-bodies are read with a size cap (413 past it), multipart is parsed from memory (:mod:`.multipart`),
-nothing is written to disk. Classification runs in a worker thread (the event loop stays free for
-other requests), one forward pass at a time behind the classifier's lock.
+Routes: ``GET /`` (upload one or many images, draw, or click an example; top-5 and timings;
+visualizations on request), ``POST /api/classify`` (raw image bytes, or a multipart form of one
+or more files: one file is answered with one result, several with a list, one result or error per
+file; ``?top=k``; ``?input=1`` adds the preprocessed input as a base64 PNG),
+``POST /api/visualize?layer=NAME`` (the first convolution's filters and a layer's activations for
+the image, base64 PNGs), ``GET /api/examples?count=N&offset=K`` and ``GET /api/examples/{i}.png``
+(the run's test set), ``GET /run`` and ``GET /api/run`` (curves, figures, newest evaluation),
+``GET /run/plots/{name}`` and ``GET /run/eval/{name}`` (those images), ``GET /api/model``,
+``GET /healthz``.
 
-The library raises caffetool errors that say what is wrong with an upload; which HTTP status
-answers each is decided here, in :data:`STATUS`, and every error is a JSON ``{"error": ...}``.
+Uploads stay in memory: bodies are read with a size cap (413 past it), multipart is parsed from
+memory (:mod:`.multipart`), nothing is written to disk. Classification runs in a worker thread (the
+event loop stays free for other requests), one forward pass at a time behind the classifier's lock.
+
+The library raises caffetool errors that say what is wrong; which HTTP status answers each is
+decided here, in :data:`STATUS`, and every error, unknown routes included, is a JSON ``{"error": ...}``.
 """
 
 from __future__ import annotations
 
 import base64
+import re
+from html import escape
+from collections.abc import Awaitable, Callable
 from importlib import resources
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import anyio
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from caffetool.demo import multipart
-from caffetool.demo.classifier import Classifier
+from caffetool.demo import examples, multipart, runpage
+from caffetool.demo.classifier import Classifier, NoVisualizations
 from caffetool.demo.preprocess import BadImage, NotAnImage
-from caffetool.errors import CaffetoolError, ImageError
+from caffetool.demo.runview import NoRun, NoSuchImage, RunView
+from caffetool.errors import CaffetoolError, ConfigError, DataError, ImageError, NetError, RunError
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
+MAX_FILES = 32  # images one classify request may carry
+DEFAULT_EXAMPLES = 12
+EXAMPLE_NAME = re.compile(r"^(\d{1,12})\.png$")
+LAYER_NAME = re.compile(r"^[\w./:+-]{1,200}$")  # Caffe layer names as prototxts write them
 
 
 class BodyTooLarge(ImageError):
     """A request body over ``--max-body``."""
 
 
-# The status each upload error is answered with; the first class that matches wins.
+class BadParameter(ConfigError):
+    """A query parameter that is missing, malformed or out of its range."""
+
+
+# The status each error is answered with; the first class that matches wins.
 STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (BodyTooLarge, 413),
+    (multipart.TooManyFiles, 413),
     (NotAnImage, 415),
     (BadImage, 422),
     (multipart.BadMultipart, 422),
+    (BadParameter, 400),
+    (examples.NoSuchExample, 404),
+    (examples.NoExamples, 404),
+    (NoRun, 404),
+    (NoSuchImage, 404),
+    (NoVisualizations, 501),
+    (ConfigError, 400),  # what the classifier refuses in a request, as an unknown layer
+    (NetError, 400),
+    (DataError, 500),  # a damaged database or file of the run
+    (RunError, 500),
+    (CaffetoolError, 500),
 )
-UPLOAD_ERRORS = tuple(kind for kind, _ in STATUS)
+UPLOAD_ERRORS = (BodyTooLarge, multipart.TooManyFiles, NotAnImage, BadImage, multipart.BadMultipart)
 
 
-def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_pb2: ModuleType | None = None) -> Starlette:
+    """The app serving ``classifier``; its run's test set is offered as examples when ``caffe_pb2`` is given."""
     page = resources.files("caffetool.demo").joinpath("page.html").read_text()
+    run_dir = getattr(getattr(classifier, "files", None), "run", None)  # None: files given one by one
+    run = RunView(Path(run_dir)) if run_dir else None
+    test_set, no_examples = _examples(run_dir, caffe_pb2)
 
     async def index(request: Request) -> Response:
         return HTMLResponse(page)
@@ -54,32 +93,91 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY) -> Star
         return JSONResponse({"status": "ok", "model": classifier.name})
 
     async def model_info(request: Request) -> Response:
-        return JSONResponse(classifier.describe())
+        return JSONResponse({**classifier.describe(), "examples": test_set.total if test_set else 0,
+                             # pycaffe exposes every blob; OpenCV DNN's visualizations are refused
+                             "visualize": getattr(classifier, "backend", None) == "caffe"})
 
     async def classify(request: Request) -> Response:
-        try:
-            top = int(request.query_params.get("top", 5))
-        except ValueError:
-            return _error(400, "top must be an integer")
-        want_input = request.query_params.get("input") in ("1", "true", "yes")
-        try:
-            body = await _read_body(request, max_body)
-            data = multipart.image_bytes(request.headers.get("content-type", ""), body)
-            result = await anyio.to_thread.run_sync(classifier.classify, data, top, want_input)
-        except UPLOAD_ERRORS as e:
-            return _error(status_of(e), str(e))
-        except ClientDisconnect:  # gone, or cut off by the protocol's deadline: nobody to answer
-            return Response(status_code=400)
-        if want_input:
-            result["input_png"] = base64.b64encode(result["input_png"]).decode()
-        return JSONResponse(result)
+        top = _int(request, "top", 5, 1, 1_000_000)
+        want_input = _flag(request, "input")
+        body = await _read_body(request, max_body)
+        files = multipart.uploads(request.headers.get("content-type", ""), body, MAX_FILES)
+        if len(files) == 1:
+            result = await anyio.to_thread.run_sync(classifier.classify, files[0].data, top, want_input)
+            return JSONResponse(_encoded(result))
 
-    return Starlette(routes=[
+        def each() -> list[dict[str, Any]]:
+            results = []
+            for upload in files:
+                try:
+                    results.append({"file": upload.name, **_encoded(classifier.classify(upload.data, top, want_input))})
+                except UPLOAD_ERRORS as e:
+                    results.append({"file": upload.name, "error": str(e), "status": status_of(e)})
+            return results
+
+        return JSONResponse(await anyio.to_thread.run_sync(each))
+
+    async def visualize(request: Request) -> Response:
+        layer = request.query_params.get("layer") or None
+        if layer is not None and not LAYER_NAME.match(layer):
+            raise BadParameter("layer must be a layer name of the net (letters, digits and ._/:+-, up to 200)")
+        body = await _read_body(request, max_body)
+        data = multipart.image_bytes(request.headers.get("content-type", ""), body)
+        shown = await anyio.to_thread.run_sync(classifier.visualize, data, layer)
+        return JSONResponse({**shown, **{key: _base64(shown.get(key)) for key in ("filters_png", "activations_png")}})
+
+    async def example_list(request: Request) -> Response:
+        found = _test_set(test_set, no_examples)
+        count = _int(request, "count", DEFAULT_EXAMPLES, 1, examples.MAX_COUNT)
+        offset = _int(request, "offset", 0, 0, found.total - 1)
+        listed = await anyio.to_thread.run_sync(found.listing, offset, count)
+        return JSONResponse({"total": found.total, "offset": offset, "examples": [
+            {"index": index, "label": label, "class": _class_name(classifier, label),
+             "url": f"/api/examples/{index}.png"} for index, label in listed]})
+
+    async def example_image(request: Request) -> Response:
+        found = _test_set(test_set, no_examples)
+        name = request.path_params["name"]
+        matched = EXAMPLE_NAME.match(name)
+        if not matched:
+            raise examples.NoSuchExample(f"no example {name[:100]!r}: examples are named by number, as 0.png")
+        png = await anyio.to_thread.run_sync(found.png, int(matched.group(1)))
+        return Response(png, media_type="image/png")
+
+    async def run_json(request: Request) -> Response:
+        return JSONResponse(await anyio.to_thread.run_sync(_run(run).summary))
+
+    async def run_html(request: Request) -> Response:
+        try:
+            summary = await anyio.to_thread.run_sync(_run(run).summary)
+        except NoRun as e:
+            return HTMLResponse(f'<!doctype html><html lang="en"><title>No run</title><p>{escape(str(e))}</p>'
+                                '<p><a href="/">Classify images</a></p></html>', 404)
+        return HTMLResponse(runpage.render(summary))
+
+    def run_image(kind: str) -> Callable[[Request], Awaitable[Response]]:
+        async def image(request: Request) -> Response:
+            path = _run(run).image(kind, request.path_params["name"])
+            return Response(await anyio.to_thread.run_sync(path.read_bytes), media_type="image/png",
+                            headers={"cache-control": "no-cache"})
+        return image
+
+    routes = [
         Route("/", index),
         Route("/healthz", healthz),
         Route("/api/model", model_info),
         Route("/api/classify", classify, methods=["POST"]),
-    ])
+        Route("/api/visualize", visualize, methods=["POST"]),
+        Route("/api/examples", example_list),
+        Route("/api/examples/{name}", example_image),
+        Route("/api/run", run_json),
+        Route("/run", run_html),
+        Route("/run/plots/{name}", run_image("plots")),
+        Route("/run/eval/{name}", run_image("eval")),
+    ]
+    return Starlette(routes=routes, exception_handlers={
+        HTTPException: _http_error, CaffetoolError: _caffetool_error, ClientDisconnect: _gone,
+        Exception: _internal_error})
 
 
 def status_of(error: CaffetoolError) -> int:
@@ -88,6 +186,83 @@ def status_of(error: CaffetoolError) -> int:
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+async def _caffetool_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, CaffetoolError)
+    return _error(status_of(error), str(error))
+
+
+async def _internal_error(request: Request, error: Exception) -> Response:
+    """A fault of the server itself: logged by uvicorn, answered as JSON like every error."""
+    return _error(500, f"internal error ({type(error).__name__}); the server's log has the details")
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """Starlette's own refusals (an unknown route, a wrong method) as JSON too."""
+    assert isinstance(error, HTTPException)
+    return JSONResponse({"error": error.detail}, status_code=error.status_code, headers=error.headers)
+
+
+async def _gone(request: Request, error: Exception) -> Response:
+    """A client gone, or cut off by the protocol's deadline: nobody to answer."""
+    return Response(status_code=400)
+
+
+def _examples(run_dir: Path | None, caffe_pb2: ModuleType | None) -> tuple[examples.ExampleSet | None, str]:
+    """The run's test set, or None and why not."""
+    if run_dir is None:
+        return None, "the demo serves model files given one by one (--deploy), not a run: no test set to show"
+    if caffe_pb2 is None:
+        return None, "this server was started without Caffe's protobuf classes: no test set to show"
+    try:
+        return examples.for_run(Path(run_dir), caffe_pb2), ""
+    except examples.NoExamples as e:
+        return None, str(e)
+
+
+def _test_set(test_set: examples.ExampleSet | None, why_not: str) -> examples.ExampleSet:
+    if test_set is None:
+        raise examples.NoExamples(why_not)
+    return test_set
+
+
+def _run(run: RunView | None) -> RunView:
+    if run is None:
+        raise NoRun("the demo serves model files given one by one (--deploy), not a run: no run to show")
+    return run
+
+
+def _class_name(classifier: Classifier, label: int) -> str:
+    return classifier.labels[label] if 0 <= label < len(classifier.labels) else str(label)
+
+
+def _encoded(result: dict[str, Any]) -> dict[str, Any]:
+    if "input_png" in result:
+        result = {**result, "input_png": _base64(result["input_png"])}
+    return result
+
+
+def _base64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """Query parameter ``name`` as an integer from ``low`` to ``high``, ``default`` when absent."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadParameter(f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise BadParameter(f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name) in ("1", "true", "yes")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

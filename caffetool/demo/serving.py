@@ -25,7 +25,7 @@ from caffetool.choices import PORT
 from caffetool.demo import classifier as demo_classifier
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.server import create_app
-from caffetool.engine import EngineInfo, locate
+from caffetool.engine import EngineInfo, import_caffe, locate
 from caffetool.errors import ConfigError
 
 CONFIG_VARIABLE = "CAFFETOOL_DEMO_CONFIG"
@@ -37,12 +37,13 @@ def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, h
     """Load and check the model, then serve it until Ctrl-C; the address is checked first."""
     check_address(host, port)
     classifier = demo_classifier.load(engine, files, backend)  # fails start-up on a bad model
+    caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     warning = network_warning(host)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     print(f"serving {classifier.name} ({backend}) on http://{host}:{port}/ — Ctrl-C stops", flush=True)
     if workers <= 1:
-        uvicorn.run(create_app(classifier, max_body), **uvicorn_options(host, port))
+        uvicorn.run(create_app(classifier, max_body, caffe_pb2), **uvicorn_options(host, port))
         return
     os.environ[CONFIG_VARIABLE] = json.dumps({
         "prefix": str(engine.prefix), "backend": backend, "max_body": max_body,
@@ -101,5 +102,6 @@ def app_from_environment() -> Starlette:
     f = config["files"]
     files = demo_classifier.ModelFiles(**{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v)
                                           for k, v in f.items()})
-    classifier = demo_classifier.load(locate(config["prefix"], probe=False), files, config["backend"], validate=False)
-    return create_app(classifier, config["max_body"])
+    engine = locate(config["prefix"], probe=False)
+    classifier = demo_classifier.load(engine, files, config["backend"], validate=False)
+    return create_app(classifier, config["max_body"], import_caffe(engine).proto.caffe_pb2)

@@ -25,6 +25,7 @@ from caffetool.errors import NetError
 from caffetool.memory import layers as rules
 from caffetool.memory.info import INSIDE, LayerInfo, Shape, count
 from caffetool.memory.sources import DATA_LAYERS, DataTops, data_tops
+from caffetool.nets import state
 
 NAME = re.compile(r'\bname:\s*"([^"]+)"')
 
@@ -64,23 +65,6 @@ class Graph:
     unmodelled: list[tuple[str, str, str]] = field(default_factory=list)  # (layer, type, what was assumed)
     not_counted: list[tuple[str, str]] = field(default_factory=list)  # (layer, what it holds that is not counted)
     setup_diffs: set[str] = field(default_factory=set)  # blobs whose gradient an outer layer zeroes at set-up
-
-
-def included(layer: Any, phase: int, level: int = 0, stages: frozenset[str] = frozenset()) -> bool:
-    """Whether ``layer`` (a LayerParameter) is in the net of ``phase`` (0 TRAIN, 1 TEST) at ``level``
-    with ``stages``, by its include/exclude rules, as ``Net::FilterNet`` decides (net.cpp)."""
-    if layer.include:
-        return any(_meets(r, phase, level, stages) for r in layer.include)
-    return not any(_meets(r, phase, level, stages) for r in layer.exclude)
-
-
-def _meets(rule: Any, phase: int, level: int, stages: frozenset[str]) -> bool:
-    """``Net::StateMeetsRule``: every condition the rule sets holds for the state."""
-    return ((not rule.HasField("phase") or rule.phase == phase)
-            and (not rule.HasField("min_level") or level >= rule.min_level)
-            and (not rule.HasField("max_level") or level <= rule.max_level)
-            and all(stage in stages for stage in rule.stage)
-            and not any(stage in stages for stage in rule.not_stage))
 
 
 def layer_lines(text: str | None) -> dict[str, int]:
@@ -162,7 +146,7 @@ def build(net: Any, phase: str, input_shape: Shape | None, batch: int | None, te
     phase_id = 0 if phase == "train" else 1
     lines = layer_lines(text)
     level, stages = net.state.level, frozenset(net.state.stage)
-    specs = insert_splits([layer for layer in net.layer if included(layer, phase_id, level, stages)],
+    specs = insert_splits([layer for layer in net.layer if state.included(layer, phase_id, level, stages)],
                           lambda name: f"{source}:{lines[name]}" if name in lines else source)
     g = Graph([], {})
     current: dict[str, str] = {}  # blob name -> blob id

@@ -19,7 +19,7 @@ from caffetool.engine import smoke
 from caffetool.nets.solver import SolverOptions
 from caffetool.train import session
 from caffetool.train.session import TrainRequest
-from caffetool.tasks import data, demo, docker, engine, memory, model, train
+from caffetool.tasks import data, demo, docker, engine, evaluate, memory, model, sweep, train
 from caffetool.tasks._common import pick, reported, task
 
 
@@ -68,7 +68,9 @@ ns.add_collection(engine.ns)
 ns.add_collection(data.ns)
 ns.add_collection(model.ns)
 ns.add_collection(train.ns)
+ns.add_collection(sweep.ns)
 ns.add_collection(demo.ns)
+ns.add_collection(evaluate.ns)
 ns.add_collection(memory.ns)
 ns.add_collection(docker.ns)
 ns.configure(TASK_DEFAULTS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from invoke import Collection, Context
@@ -18,28 +19,74 @@ MODEL_HELP = {
     "weights": ".caffemodel (with --deploy, or to pick a snapshot of --run)", "labels": "labels.txt (with --deploy)",
     "mean": "mean .binaryproto or .npy (with --deploy)", "scale": "input scale, above 0 (with --deploy; default 1)",
     "backend": "caffe (pycaffe) or opencv (cv2.dnn)", "runs_dir": "where runs are",
+    "mean_values": "per-channel means, e.g. 104,117,123 (BGR; with --deploy, instead of --mean)",
+    "channel_swap": "colour nets: channel order after RGB decoding (with --deploy; default 2,1,0: BGR)",
+    "raw_scale": "colour nets: multiplies the [0, 1] pixels before the mean (with --deploy; default 255)",
+    "image_dims": "colour nets: H,W to resize to before the centre crop, e.g. 256,256 for CaffeNet "
+                  "(default: a run's training image size, else the net's input size)",
+    "oversample": "colour nets: average 10 crops (corners, centre and their mirrors), as Caffe's classify.py",
 }
 SCALE = Limit("an input scale", 0, low_open=True)
+RAW_SCALE = Limit("a raw scale", 0, low_open=True)
+MEAN_VALUE = Limit("a mean value", -1e6, 1e6)
+SIDE = Limit("a side in pixels", 1, 65535, kind=int)
+CHANNEL = Limit("a channel index", 0, 1023, kind=int)
 MAX_BODY = Limit("a size in bytes", 1, 2**31 - 1, kind=int)
 WORKERS = Limit("a number of server processes", 1, 64, kind=int)
 
 
+@dataclass(frozen=True)
+class ColourFlags:
+    """The colour-model flags as typed (texts, None when not given), checked by :func:`model_files`."""
+
+    mean_values: str | None = None
+    channel_swap: str | None = None
+    raw_scale: str | None = None
+    image_dims: str | None = None
+    oversample: bool = False
+
+
 def model_files(c: Context, run: str | None, deploy: str | None, weights: str | None, labels: str | None,
-                mean: str | None, scale: str | None, runs_dir: str | None) -> demo_classifier.ModelFiles:
+                mean: str | None, scale: str | None, runs_dir: str | None,
+                colour: ColourFlags = ColourFlags()) -> demo_classifier.ModelFiles:
     """The model's files from the flags: given one by one with --deploy, else those of a run."""
+    dims = numbers(colour.image_dims, "--image-dims", SIDE, 2)
     if deploy:
         if not (weights and labels):
             raise ConfigError("--deploy needs --weights and --labels too")
+        if mean and colour.mean_values:
+            raise ConfigError("give --mean FILE or --mean-values, not both")
         return demo_classifier.ModelFiles(input_file(deploy, "--deploy"), input_file(weights, "--weights"),
                                           input_file(labels, "--labels"),
                                           input_file(mean, "--mean") if mean else None,
-                                          bounded(scale, "--scale", SCALE))
+                                          bounded(scale, "--scale", SCALE),
+                                          mean_values=numbers(colour.mean_values, "--mean-values", MEAN_VALUE),
+                                          channel_swap=numbers(colour.channel_swap, "--channel-swap", CHANNEL),
+                                          raw_scale=bounded(colour.raw_scale, "--raw-scale", RAW_SCALE),
+                                          image_dims=dims, oversample=colour.oversample)
+    given = [flag for flag, value in (("--mean", mean), ("--scale", scale), ("--mean-values", colour.mean_values),
+                                      ("--channel-swap", colour.channel_swap), ("--raw-scale", colour.raw_scale))
+             if value]
+    if given:
+        raise ConfigError(f"only a --deploy model takes {', '.join(given)}; a run is fed with its own training "
+                          "transform")
     runs_root = Path(pick(runs_dir, c.runs.dir))
     run_dir = rundir.find(runs_root, run) if run else newest_run(runs_root)
     files = demo_classifier.from_run(run_dir)
     if weights:
         files.weights = input_file(weights, "--weights")
+    files.image_dims, files.oversample = dims, colour.oversample
     return files
+
+
+def numbers(text: str | None, flag: str, limit: Limit, length: int | None = None) -> tuple | None:
+    """Comma-separated numbers (``104,117,123``), each within ``limit``; None when the flag was not given."""
+    if text is None or text == "":
+        return None
+    values = tuple(bounded(part.strip(), flag, limit) for part in str(text).split(","))
+    if length is not None and len(values) != length:
+        raise ConfigError(f"{flag} {text!r} needs {length} comma-separated numbers")
+    return values
 
 
 def newest_run(runs_root: Path) -> Path:
@@ -58,32 +105,49 @@ def newest_run(runs_root: Path) -> Path:
 def serve(c: Context, run: str | None = None, deploy: str | None = None, weights: str | None = None,
           labels: str | None = None, mean: str | None = None, scale: str | None = None, backend: str = "caffe",
           host: str = "127.0.0.1", port: str = "8000", max_body: str = str(10 * 1024 * 1024),
-          workers: str = "1", runs_dir: str | None = None) -> None:
+          workers: str = "1", runs_dir: str | None = None, mean_values: str | None = None,
+          channel_swap: str | None = None, raw_scale: str | None = None, image_dims: str | None = None,
+          oversample: bool = False) -> None:
     """Serve a trained model: web page (upload or draw), JSON API, health check."""
     from caffetool.demo import serving  # noqa: PLC0415 - uvicorn only when serving
 
     tcp_port = bounded(port, "--port", PORT)
     body_limit, processes = bounded(max_body, "--max-body", MAX_BODY), bounded(workers, "--workers", WORKERS)
     engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
-    files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir)
+    colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
+    files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
     serving.serve(locate(c.engine.prefix, probe=False), files, engine_kind, host, tcp_port, body_limit, processes)
 
 
 @task(positional=["images"], help={**MODEL_HELP, "images": "image files, comma-separated, or a folder",
                                    "top": "classes to show per image (default 5)",
-                                   "annotate": "folder for labelled copies"})
+                                   "annotate": "folder for labelled copies",
+                                   "labelled": "score the images (accuracy, confusion matrix): IMAGES is a folder "
+                                               "with one sub-folder per class (named as a label or its index), or "
+                                               "a file of 'PATH LABEL' lines as convert_imageset reads",
+                                   "out": "folder for the scores with --labelled (default: a new one under the "
+                                          "run's eval/)"})
 def classify(c: Context, images: str, run: str | None = None, deploy: str | None = None,
              weights: str | None = None, labels: str | None = None, mean: str | None = None,
              scale: str | None = None, backend: str = "caffe", top: str = "5", annotate: str | None = None,
-             runs_dir: str | None = None) -> None:
-    """Classify images from the command line (top-k each; --annotate writes labelled copies)."""
+             runs_dir: str | None = None, labelled: bool = False, out: str | None = None,
+             mean_values: str | None = None, channel_swap: str | None = None, raw_scale: str | None = None,
+             image_dims: str | None = None, oversample: bool = False) -> None:
+    """Classify images from the command line (top-k each; --annotate writes labelled copies; --labelled also
+    scores them: accuracy and a confusion matrix)."""
     from caffetool.demo import annotate as annotator  # noqa: PLC0415
 
     shown = count(top, "--top")
     engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
-    labelled = writable_folder(annotate, "--annotate") if annotate else None
+    labelled_copies = writable_folder(annotate, "--annotate") if annotate else None
+    colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
+    if labelled:
+        return classify_labelled(c, images, out, shown, labelled_copies,
+                                 (run, deploy, weights, labels, mean, scale, runs_dir, colour), engine_kind)
+    if out:
+        raise ConfigError("--out is for the scores of --labelled images")
     paths = image_files(images)
-    files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir)
+    files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
     classifier = demo_classifier.load(locate(c.engine.prefix, probe=False), files, engine_kind)
     failures = 0
     for path in paths:
@@ -91,16 +155,56 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
             data = path.read_bytes()  # one image at a time: any number of files, bounded memory
             result = classifier.classify(data, shown)
             best = result["top"][0]
-            if labelled:
-                annotator.annotate(data, best["label"], best["prob"], labelled / f"{path.stem}.annotated.png")
+            if labelled_copies:
+                annotator.annotate(data, best["label"], best["prob"], labelled_copies / f"{path.stem}.annotated.png")
         except (OSError, ImageError) as e:
             print(f"{path}: {e}")
             failures += 1
             continue
-        flag = " (inverted)" if result["inverted"] else ""
-        print(f"{path}: " + ", ".join(f"{t['label']} {t['prob']:.4f}" for t in result["top"]) + flag)
+        print(result_line(path, result))
     if failures:
         raise ImageError(f"{failures} file(s) could not be classified")
+
+
+def classify_labelled(c: Context, images: str, out: str | None, shown: int, annotate: Path | None,
+                      model: tuple, engine_kind: str) -> None:
+    """``demo.classify IMAGES --labelled``: each image's line with its true class, then the scores."""
+    from caffetool.demo import annotate as annotator  # noqa: PLC0415
+    from caffetool.evaluation import labelled as scoring  # noqa: PLC0415 - matplotlib only when scoring
+
+    source = Path(images).expanduser()
+    if not source.exists():
+        raise ConfigError(f"IMAGES {source} does not exist; --labelled takes a folder of class sub-folders "
+                          "or a file of 'PATH LABEL' lines")
+    files = model_files(c, *model)
+    if out is None and files.run is None:
+        raise ConfigError("without a run, give --out DIR for the scores")
+    folder = writable_folder(out, "--out") if out else scoring.default_folder(files.run)
+    classifier = demo_classifier.load(locate(c.engine.prefix, probe=False), files, engine_kind)
+    items = (scoring.from_folder(source, classifier.labels) if source.is_dir()
+             else scoring.from_list(input_file(source, "IMAGES"), len(classifier.labels)))
+
+    def show(item: scoring.Item, result: dict | None, error: str | None) -> None:
+        if result is None:
+            print(f"{item.path}: {error}")
+            return
+        if annotate:
+            best = result["top"][0]
+            annotator.annotate(item.path.read_bytes(), best["label"], best["prob"],
+                               annotate / f"{item.path.stem}.annotated.png")
+        print(result_line(item.path, result) + f" (true: {classifier.labels[item.label]})")
+
+    outcome = scoring.evaluate(classifier, items, shown, folder, str(source.absolute()), show)
+    for line in outcome.lines():
+        print(line)
+    if outcome.failures:
+        raise ImageError(f"{len(outcome.failures)} file(s) could not be classified")
+
+
+def result_line(path: Path, result: dict) -> str:
+    """One image's line: its top-k labels and probabilities."""
+    flag = " (inverted)" if result["inverted"] else ""
+    return f"{path}: " + ", ".join(f"{t['label']} {t['prob']:.4f}" for t in result["top"]) + flag
 
 
 def image_files(spec: str) -> list[Path]:

@@ -28,7 +28,7 @@ from caffetool.data import db
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import DataError, NetError
-from caffetool.nets import prototxt
+from caffetool.nets import prototxt, state
 from caffetool.nets.solver import SolverOptions
 from caffetool.proc import run_checked
 
@@ -233,7 +233,7 @@ def set_batches(project: Project, batch: int | None, test_batch: int | None, caf
         for net in nets if size else []:
             for layer in net.layer:
                 for param in BATCHED:
-                    if layer.HasField(param) and _in_phase(layer, phase):
+                    if layer.HasField(param) and state.included(layer, phase):
                         getattr(layer, param).batch_size = size
 
 
@@ -248,7 +248,7 @@ def deploy(train: Message, caffe_pb2: ModuleType) -> Message | None:
     net crops), loss and accuracy layers go, and a ``Softmax`` named ``prob`` follows the score that fed
     the ``SoftmaxWithLoss``."""
     losses = [layer for layer in train.layer if layer.type == "SoftmaxWithLoss"]
-    data = next((layer for layer in train.layer if layer.type == "Data" and _in_test(layer, caffe_pb2)), None)
+    data = next((layer for layer in train.layer if layer.type == "Data" and state.included(layer, state.TEST)), None)
     if not losses or data is None:
         return None
     shape = _record_shape(Path(data.data_param.source), data.transform_param.crop_size, caffe_pb2)
@@ -259,7 +259,7 @@ def deploy(train: Message, caffe_pb2: ModuleType) -> Message | None:
     dropped = set(data.top[1:])
     for layer in train.layer:
         if (layer.type in DATA_LAYERS or layer.type in DROPPED_LAYERS or layer.type.endswith("Loss")
-                or not _in_test(layer, caffe_pb2) or dropped & set(layer.bottom)):
+                or not state.included(layer, state.TEST) or dropped & set(layer.bottom)):
             dropped |= set(layer.top) if layer.type not in DATA_LAYERS else set()
             continue
         kept = net.layer.add()
@@ -281,26 +281,14 @@ def data_shape(net: Message, caffe_pb2: ModuleType) -> tuple[int, int, int] | No
 def with_test_state(net: Message, solver: Message, index: int, caffe_pb2: ModuleType) -> Message:
     """A copy of ``net`` with the state Caffe's ``Solver::InitTestNets`` gives test net ``index``: the
     TEST phase, merged with the net's own ``state`` and the solver's ``test_state`` for that net."""
-    state = caffe_pb2.NetState(phase=caffe_pb2.TEST)
-    state.MergeFrom(net.state)
+    merged = caffe_pb2.NetState(phase=caffe_pb2.TEST)
+    merged.MergeFrom(net.state)
     if len(solver.test_state) > index:
-        state.MergeFrom(solver.test_state[index])
+        merged.MergeFrom(solver.test_state[index])
     tested = caffe_pb2.NetParameter()
     tested.CopyFrom(net)
-    tested.state.CopyFrom(state)
+    tested.state.CopyFrom(merged)
     return tested
-
-
-def _in_test(layer: Message, caffe_pb2: ModuleType) -> bool:
-    """Whether ``layer`` is part of the net in the TEST phase."""
-    return _in_phase(layer, caffe_pb2.TEST)
-
-
-def _in_phase(layer: Message, phase: int) -> bool:
-    """Whether ``layer`` is part of the net in ``phase``, by its ``include``/``exclude`` phases."""
-    if layer.include:
-        return any(not rule.HasField("phase") or rule.phase == phase for rule in layer.include)
-    return not any(rule.HasField("phase") and rule.phase == phase for rule in layer.exclude)
 
 
 def _record_shape(source: Path, crop: int, caffe_pb2: ModuleType) -> list[int] | None:

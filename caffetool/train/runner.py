@@ -10,6 +10,9 @@ has been asked; the ways a run ends besides finishing:
 * Ctrl-C or SIGTERM: Caffe gets SIGINT, which ``-sigint_effect snapshot`` turns into a snapshot;
   once the snapshot is in the log, SIGHUP (``-sighup_effect stop``) ends the run cleanly, so it
   can be resumed from that snapshot (a second Ctrl-C stops at once);
+* another thread asks for a stop (a :class:`StopRequest`, e.g. a sweep's scheduler giving up on
+  a trial): the same snapshot and stop, recorded with the status the request names
+  (``stopped early``), within a fraction of a second;
 * Caffe dies (non-zero exit, glog FATAL): its FATAL line and last log lines are reported;
 * ``caffe.log`` or the live metrics cannot be written (a full disk): Caffe is killed and the run
   fails, naming the file and the reason;
@@ -24,11 +27,13 @@ samples taken while Caffe runs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -47,6 +52,8 @@ from caffetool.train.sampler import Sampler
 from caffetool.train.tensorboard import RunEvents
 
 LOG = "caffe.log"
+_NO_LOCK = contextlib.nullcontext()
+STOPPED_EARLY = "Optimization stopped early."  # Caffe's Solver::Solve, when a signal ended the loop
 TAIL_LINES = 12
 PR_SET_PDEATHSIG = 1
 
@@ -74,8 +81,28 @@ class Stop(enum.Enum):
     """Why this process ended a run early; the value is the run's status."""
 
     INTERRUPTED = "interrupted"
+    STOPPED_EARLY = "stopped early"  # asked by another thread (a sweep's scheduler): snapshot, then stop
     DIVERGED = "diverged"
     FAILED = "failed"
+
+
+class StopRequest:
+    """A stop asked from another thread: the run is snapshotted and stopped like a Ctrl-C, and
+    recorded with ``status`` (:attr:`Stop.STOPPED_EARLY` unless the asker says otherwise)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.status = Stop.STOPPED_EARLY
+
+    def set(self, status: Stop = Stop.STOPPED_EARLY) -> None:
+        self.status = status
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
 
 
 def caffe_train_argv(engine: EngineInfo, solver: str, gpu_flag: list[str], weights: str | None = None,
@@ -125,10 +152,11 @@ class Supervisor:
             self.phase = Phase.STOPPING
             self._signal(signal.SIGHUP)  # the snapshot is written: now stop
 
-    def interrupt(self) -> None:
-        """Ctrl-C or SIGTERM: the first asks for a snapshot and then a stop; the second stops at once."""
+    def interrupt(self, why: Stop = Stop.INTERRUPTED) -> None:
+        """Ctrl-C or SIGTERM (or a :class:`StopRequest`, ``why``): the first asks for a snapshot and
+        then a stop; the second stops at once."""
         if self.phase in (Phase.STARTING, Phase.TRAINING):
-            self.stop, self.phase = Stop.INTERRUPTED, Phase.SNAPSHOTTING
+            self.stop, self.phase = why, Phase.SNAPSHOTTING
             self.snapshots_before = len(self.metrics.snapshots)
             self._signal(signal.SIGINT)  # Caffe snapshots at its next iteration
         elif self.phase is Phase.SNAPSHOTTING:
@@ -153,11 +181,14 @@ class Supervisor:
             message = (f"{self.failure}; Caffe was stopped at iteration {m.iteration}. Once that is "
                        "fixed, continue with `caffetool train.resume RUN`")
             return RunOutcome(Stop.FAILED.value, code, m, message, samples, seconds)
-        if self.stop is Stop.INTERRUPTED:
+        if self.stop is Stop.STOPPED_EARLY and code == 0 and not m.fatal \
+                and not any(line.endswith(STOPPED_EARLY) for line in self.tail):
+            return RunOutcome("finished", code, m, "finished", samples, seconds)  # asked after its last iteration
+        if self.stop in (Stop.INTERRUPTED, Stop.STOPPED_EARLY):
             snap = next((s for s in reversed(m.snapshots) if s.endswith(snapshots.STATE)), None)
             at = snapshots.iteration_of(snap) if snap else None
             where = f"snapshot {snap}" if snap else "no snapshot"
-            return RunOutcome(Stop.INTERRUPTED.value, code, m, f"interrupted at iteration "
+            return RunOutcome(self.stop.value, code, m, f"{self.stop.value} at iteration "
                               f"{m.iteration if at is None else at} ({where}); continue with "
                               "`caffetool train.resume RUN`", samples, seconds)
         if code != 0 or m.fatal:
@@ -177,9 +208,14 @@ class Supervisor:
 
 def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
         on_update: Callable[[Metrics], None] | None = None, update_every: float = 60.0,
-        parser: LogParser | None = None, events: RunEvents | None = None) -> RunOutcome:
+        parser: LogParser | None = None, events: RunEvents | None = None,
+        on_metrics: Callable[[Metrics], None] | None = None, stop: StopRequest | None = None) -> RunOutcome:
     """Run ``argv`` in ``run_dir``, appending to caffe.log; ``on_update(metrics)`` refreshes live outputs,
     and ``events`` gets each new row and resource sample as it comes.
+
+    ``on_metrics(metrics)`` sees the metrics after every line of Caffe's output, unthrottled (a
+    sweep reports each new row to its scheduler from there); ``stop``, once set, snapshots and
+    stops Caffe as :class:`StopRequest` says.
 
     Caffe is never left running when this returns or raises. The final outputs are the caller's
     to write, after it has recorded the outcome; so is closing ``events``.
@@ -192,13 +228,16 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     except OSError as e:
         raise RunError(f"could not start {argv[0]}: {e.strerror}") from None
     supervisor = Supervisor(process, parser or LogParser())
+    lock = threading.Lock()  # the supervisor is fed by this thread and, with ``stop``, asked by another
+    if stop is not None:
+        threading.Thread(target=_stop_when_asked, args=(supervisor, stop, lock), daemon=True).start()
     sampler = Sampler(process.pid, on_sample=events.sample if events else None)
     sampler.start()
     shown = display(max_iter, supervisor.metrics.iteration) if progress else None
     refresh = _Every(update_every, on_update)
     try:
         with _Log(run_dir / LOG, supervisor.fail) as log:
-            _watch(supervisor, log, shown, refresh, events)
+            _watch(supervisor, log, shown, refresh, events, on_metrics, lock)
             code = _wait(supervisor)
     finally:
         if process.poll() is None:
@@ -211,7 +250,8 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
 
 
 def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _Every,
-           events: RunEvents | None) -> None:
+           events: RunEvents | None, on_metrics: Callable[[Metrics], None] | None = None,
+           lock: threading.Lock | None = None) -> None:
     """Read Caffe's output to its end, logging, showing and acting on each line."""
     stream = supervisor.process.stdout
     assert stream is not None
@@ -220,7 +260,8 @@ def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _
             line = stream.readline()
             if not line:
                 return
-            supervisor.feed(line)
+            with lock or _NO_LOCK:
+                supervisor.feed(line)
             log.write(line)
             if shown is not None:
                 shown.show(supervisor.metrics)
@@ -231,8 +272,20 @@ def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _
                     events.update(supervisor.metrics)
                 except CaffetoolError as e:
                     supervisor.fail(str(e))
+            if on_metrics is not None:
+                on_metrics(supervisor.metrics)
         except KeyboardInterrupt:
             supervisor.interrupt()
+
+
+def _stop_when_asked(supervisor: Supervisor, stop: StopRequest, lock: threading.Lock) -> None:
+    """Another thread's stop, acted upon as soon as it is asked (Caffe may log nothing for a while)."""
+    while supervisor.process.poll() is None:
+        if stop.wait(0.2):
+            with lock:
+                if supervisor.stop is None and not supervisor.metrics.done:
+                    supervisor.interrupt(stop.status)
+            return
 
 
 def _wait(supervisor: Supervisor) -> int:
@@ -248,11 +301,14 @@ def dies_with_parent() -> Callable[[], None]:
 
     ``prctl`` is looked up before the fork, so the child only makes the call. A parent that died
     between the fork and the call would never send the signal: the child then ends itself.
+    The child also starts with no signal blocked: a signal mask survives ``exec``, and a thread
+    that blocks SIGINT (a Ray worker's do) would otherwise start a Caffe that never sees its SIGINT.
     """
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
     def arm() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -55,6 +55,11 @@ class TrainRequest:
     deploy: str | Path | None = None
     labels: str | Path | None = None
     type_given: bool = False  # --type was on the command line: it replaces the solver file's type
+    # For a caller that drives the run from another thread (a sweep's trial): the metrics after
+    # every line of Caffe's output, a stop to ask for (snapshot, then stop), more for the manifest.
+    on_metrics: Callable[[Metrics], None] | None = None
+    stop: runner.StopRequest | None = None
+    record: dict[str, Any] | None = None
 
 
 @dataclass
@@ -96,8 +101,8 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         solver_msg = prototxt.read(generated.files[generate.SOLVER], caffe_pb2.SolverParameter())
         if chosen.gpu:
             _preflight(prototxt.read(generated.files[generate.TRAIN_VAL], caffe_pb2.NetParameter()), dataset.shape,
-                       options.type, options.iter_size)
-        manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started)
+                       options.type, options.iter_size, say)
+        manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started) | (req.record or {})
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
                                        str(Path(req.weights).absolute()) if req.weights else None)
         manifest["caffe_command"] = argv
@@ -108,7 +113,7 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         rundir.write_manifest(run_dir, manifest)
     say(f"run {run_dir.name}: {model.name} on {dataset.name}, {solver_msg.max_iter} iterations, {chosen.label}")
     result = _train_and_record(argv, run_dir, manifest, solver_msg.max_iter, progress, t0, caffe_pb2, say,
-                               engine=engine)
+                               engine=engine, on_metrics=req.on_metrics, stop=req.stop)
     return _started(result, "the generated net")
 
 
@@ -131,7 +136,9 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
     if chosen.gpu and shape is None and any(layer.type == "Data" for layer in loaded.train_net.layer):
         say("no memory check before training: the size of the Data layer's images is unknown (encoded records)")
     elif chosen.gpu:
-        _preflight(loaded.train_net, shape, loaded.solver.type, loaded.solver.iter_size)
+        tests = tuple(project.with_test_state(net, loaded.solver, i, caffe_pb2)
+                      for i, net in enumerate(loaded.test_nets))
+        _preflight(loaded.train_net, shape, loaded.solver.type, loaded.solver.iter_size, say, tests)
     with rundir.released_on_failure(rundir.claim(Path(req.runs_dir).absolute(), req.name)) as run_dir:
         project.write(loaded, run_dir, caffe_pb2)
         derived = None if req.deploy else project.deploy(loaded.train_net, caffe_pb2)
@@ -141,7 +148,7 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
             fsio.write_atomic(run_dir / generate.DEPLOY, prototxt.to_text(derived))
         if req.labels:
             shutil.copyfile(req.labels, run_dir / layout.LABELS)
-        manifest = _manifest(engine, run_dir, Path(req.solver).stem, None, chosen, started)
+        manifest = _manifest(engine, run_dir, Path(req.solver).stem, None, chosen, started) | (req.record or {})
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
                                        str(Path(req.weights).absolute()) if req.weights else None)
         manifest["caffe_command"] = argv
@@ -155,7 +162,8 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
         owner.take(run_dir, manifest)
         rundir.write_manifest(run_dir, manifest)
     say(f"run {run_dir.name}: {req.solver}, {s.max_iter} iterations, {chosen.label}")
-    result = _train_and_record(argv, run_dir, manifest, s.max_iter, progress, t0, caffe_pb2, say, engine=engine)
+    result = _train_and_record(argv, run_dir, manifest, s.max_iter, progress, t0, caffe_pb2, say, engine=engine,
+                               on_metrics=req.on_metrics, stop=req.stop)
     return _started(result, str(req.solver))
 
 
@@ -170,22 +178,25 @@ def _started(result: TrainResult, what: str) -> TrainResult:
 
 
 def _preflight(net: Any, shape: tuple[int, int, int] | None, solver_type: str, iter_size: int,
-               capacities: list[int] | None = None) -> None:
-    """The memory check of a GPU run (:mod:`caffetool.train.preflight`) on each visible GPU, or on
-    ``capacities`` bytes."""
+               say: Callable[[str], None], test_nets: tuple[Any, ...] | None = None) -> None:
+    """The memory check of a GPU run (:mod:`caffetool.train.preflight`) on each visible GPU, with the
+    solver's test nets when they are given (a ``--solver`` run's, with their states)."""
     from caffetool.memory import estimate as est  # noqa: PLC0415
     from caffetool.train import preflight  # noqa: PLC0415
 
-    preflight.check(net, est.Options(solver=solver_type or "SGD", mode="gpu", input_shape=shape, iter_size=iter_size),
-                    preflight.gpu_memory() if capacities is None else capacities)
+    options = est.Options(solver=solver_type or "SGD", mode="gpu", input_shape=shape, iter_size=iter_size,
+                          test_nets=test_nets)
+    preflight.check(net, options, preflight.gpu_memory(), say=say)
 
 
 def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progress: bool = True,
-           say: Callable[[str], None] = print) -> TrainResult:
+           say: Callable[[str], None] = print, *, on_metrics: Callable[[Metrics], None] | None = None,
+           stop: runner.StopRequest | None = None, record: dict[str, Any] | None = None) -> TrainResult:
     """Continue ``run_dir`` from its newest complete snapshot; output appends to caffe.log.
 
     A run left ``running`` by a process that is gone is taken over; one whose process still
-    trains it is refused.
+    trains it is refused. ``on_metrics``, ``stop`` and ``record`` are :class:`TrainRequest`'s
+    (``record`` replaces those entries of the manifest).
     """
     t0 = time.monotonic()
     manifest = owner.settle(run_dir)
@@ -205,9 +216,10 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag, snapshot=state)
     manifest.setdefault("resumes", []).append({"at": _now(), "from": state, "max_iter": msg.max_iter,
                                                 "caffe_command": argv})
+    manifest.update(record or {})
     say(f"resuming {run_dir.name} from {start.state.name} up to iteration {msg.max_iter}")
     return _train_and_record(argv, run_dir, manifest, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True,
-                             engine=engine)
+                             engine=engine, on_metrics=on_metrics, stop=stop)
 
 
 def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
@@ -241,7 +253,9 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
 
 def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: int, progress: bool,
                       t0: float, caffe_pb2: ModuleType, say: Callable[[str], None],
-                      resumed: bool = False, *, engine: EngineInfo) -> TrainResult:
+                      resumed: bool = False, *, engine: EngineInfo,
+                      on_metrics: Callable[[Metrics], None] | None = None,
+                      stop: runner.StopRequest | None = None) -> TrainResult:
     """Trains with ``argv``, then measures the test nets at the last iteration where Caffe did not
     (:mod:`caffetool.train.evaluate`) and records it all: manifest, metrics, plots, TensorBoard."""
     parser = LogParser()
@@ -259,7 +273,8 @@ def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: 
     try:
         events = tensorboard.RunEvents(run_dir / tensorboard.FOLDER, parser.metrics)
         outcome = runner.run(argv, run_dir, max_iter, progress, parser=parser, events=events,
-                             on_update=lambda metrics: _write_outputs(metrics, run_dir, title))
+                             on_update=lambda metrics: _write_outputs(metrics, run_dir, title),
+                             on_metrics=on_metrics, stop=stop)
     except RunError as e:  # Caffe could not even start, or its events could not be written
         if events is not None:
             events.discard()

@@ -1,0 +1,178 @@
+"""A sweep's results: one row per trial in ``results.csv`` and ``sweep.json``, a table, and plots.
+
+Each row is read from the trial's own run (its manifest and ``metrics.json``, or its ``caffe.log``
+when those are missing), so it says what the run's record says: the parameters, the metric's last
+measurement and the iteration it was taken at, the iterations run, wall time, status and host.
+A trial that never got a run (Caffe refused its net before the first iteration) has the error Tune
+recorded for it. Rows are sorted by the metric (``--mode``), trials without a figure last; the
+first row with a figure is the best. ``plots/`` holds every trial's metric against iterations on
+one figure, and the final metric against each parameter.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from caffetool import fsio
+from caffetool.errors import CaffetoolError, RunError
+from caffetool.sweep import run as sweeps
+from caffetool.sweep import space as spaces
+from caffetool.train import owner, rundir, runner
+from caffetool.train.logparse import parse_file
+
+RESULTS = "results.csv"
+PLOTS = "plots"
+CURVES = "metric_vs_iterations.png"
+FIXED_COLUMNS = ("metric", "metric_iteration", "iterations", "wall_s", "status", "host", "node")
+
+
+def collect(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The sweep's record and one row per trial, best first."""
+    record = sweeps.read_record(sweep_dir)
+    plan = record["plan"]
+    metric = spaces.parse_metric(plan["metric"])
+    tuned = {t["trial"]: t for t in record.get("trials", [])}
+    runs = {p.name: p for p in sorted(sweep_dir.iterdir()) if (p / rundir.MANIFEST).is_file()}
+    rows = [_row(name, runs.get(name), tuned.get(name, {}), metric) for name in sorted(set(tuned) | set(runs))]
+    sign = -1.0 if plan.get("mode", "max") == "max" else 1.0
+    rows.sort(key=lambda r: (r["metric"] is None, sign * (r["metric"] if r["metric"] is not None else 0.0),
+                             r["trial"]))
+    return record, rows
+
+
+def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.Metric) -> dict[str, Any]:
+    row: dict[str, Any] = {"trial": name, "params": dict(tuned.get("params") or {}), "metric": None,
+                           "metric_iteration": None, "iterations": None, "wall_s": None,
+                           "status": "failed" if tuned.get("error") else "pending",
+                           "host": None, "node": None, "message": tuned.get("error"), "curve": []}
+    if run_dir is None:
+        return row
+    manifest = owner.settle(run_dir)
+    sweep = manifest.get("sweep", {})
+    row["params"] = dict(sweep.get("params") or row["params"])
+    row.update(iterations=manifest.get("iterations"), wall_s=manifest.get("timings_s", {}).get("total"),
+               status=manifest.get("status"), host=sweep.get("host") or manifest.get("host", {}).get("hostname"),
+               node=(sweep.get("node_id") or "")[:12] or None, run_dir=str(run_dir))
+    if manifest.get("status") not in ("finished",):
+        row["message"] = manifest.get("message") or row["message"]
+    if tuned.get("error"):  # the run may say "stopped early": Tune's error says why
+        row["status"], row["message"] = "failed", tuned["error"]
+    curve = [(int(r["NumIters"]), float(r[metric.output])) for r in _rows(run_dir, metric)
+             if r.get(metric.output) is not None]
+    row["curve"] = curve
+    if curve:
+        row["metric_iteration"], row["metric"] = curve[-1]
+        if not math.isfinite(row["metric"]):
+            row["metric"] = None
+    return row
+
+
+def _rows(run_dir: Path, metric: spaces.Metric) -> list[dict[str, Any]]:
+    """The rows of the metric's net: from metrics.json, else from caffe.log."""
+    try:
+        data = json.loads((run_dir / "metrics.json").read_text())
+        return list(data["train"] if metric.net < 0 else data["test"].get(str(metric.net), []))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        m = parse_file(run_dir / runner.LOG)
+    except CaffetoolError:
+        return []
+    return m.train if metric.net < 0 else m.test.get(metric.net, [])
+
+
+def write(sweep_dir: Path) -> list[dict[str, Any]]:
+    """``results.csv``, the results in ``sweep.json``, and ``plots/``; the rows, best first."""
+    record, rows = collect(sweep_dir)
+    plan = record["plan"]
+    names = _param_names(rows)
+    with fsio.atomic_file(sweep_dir / RESULTS, RunError) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["trial", *names, plan["metric"], *FIXED_COLUMNS[1:], "message"])
+        for r in rows:
+            writer.writerow([r["trial"], *(r["params"].get(n) for n in names), *(r[c] for c in FIXED_COLUMNS),
+                             (r["message"] or "").splitlines()[0] if r["message"] else ""])
+    best = next((r["trial"] for r in rows if r["metric"] is not None), None)
+    results = [{k: v for k, v in r.items() if k != "curve"} for r in rows]
+    data = {**record, "results": results, "best": best}
+    fsio.write_atomic(sweep_dir / sweeps.PLAN, json.dumps(data, indent=2, default=str) + "\n", RunError)
+    if any(r["curve"] for r in rows):
+        _plots(sweep_dir / PLOTS, rows, names, plan["metric"], plan["name"])
+    return rows
+
+
+def _param_names(rows: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(n for r in rows for n in r["params"]))
+
+
+def text(rows: list[dict[str, Any]], metric: str) -> str:
+    """The table, best first, and a line naming the best trial."""
+    names = _param_names(rows)
+    header = ["trial", *names, metric, "at iter", "iters", "wall s", "status", "host"]
+    body = [[r["trial"], *(_show(r["params"].get(n)) for n in names),
+             "-" if r["metric"] is None else f"{r['metric']:.4f}", _show(r["metric_iteration"]),
+             _show(r["iterations"]), "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}", r["status"] or "-",
+             r["host"] or "-"] for r in rows]
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
+    best = next((r for r in rows if r["metric"] is not None), None)
+    if best is None:
+        lines.append("best: none (no trial measured the metric)")
+    else:
+        shown = ", ".join(f"{k}={_show(v)}" for k, v in best["params"].items())
+        lines.append(f"best: {best['trial']} ({metric} {best['metric']:.4f} at iteration {best['metric_iteration']}; "
+                     f"{shown})")
+    for r in rows:
+        if r["status"] == "failed" and r["message"]:
+            lines.append(f"{r['trial']} failed: {r['message'].splitlines()[0]}")
+    return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _plots(folder: Path, rows: list[dict[str, Any]], names: list[str], metric: str, title: str) -> list[Path]:
+    from caffetool.figures import plt, save_figure  # noqa: PLC0415 - matplotlib only when plotting
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100, layout="tight")
+    for r in rows:
+        if r["curve"]:
+            xs, ys = zip(*r["curve"])
+            ax.plot(xs, ys, "o-", lw=1, ms=3, label=f"{r['trial']} ({r['status']})")
+    ax.set_xlabel("iterations")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"{title}: {metric} of every trial")
+    paths = [save_figure(fig, folder / CURVES, RunError)]
+    measured = [r for r in rows if r["metric"] is not None]
+    for name in names:
+        points = [(r["params"].get(name), r["metric"]) for r in measured if r["params"].get(name) is not None]
+        if not points:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=100, layout="tight")
+        xs = [p[0] for p in points]
+        if all(isinstance(x, (int, float)) for x in xs):
+            ax.plot(xs, [p[1] for p in points], "o")
+            positive = [x for x in xs if x > 0]
+            if len(positive) == len(xs) and max(xs) / min(xs) >= 100:
+                ax.set_xscale("log")
+        else:
+            labels = sorted({str(x) for x in xs})
+            ax.plot([labels.index(str(x)) for x in xs], [p[1] for p in points], "o")
+            ax.set_xticks(range(len(labels)), labels)
+        ax.set_xlabel(name)
+        ax.set_ylabel(f"{metric} (last)")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{title}: {metric} against {name}")
+        paths.append(save_figure(fig, folder / f"metric_vs_{name}.png", RunError))
+    return paths

@@ -1,0 +1,313 @@
+"""A sweep from start to its record: checked, placed on Ray, stopped cleanly, resumable.
+
+:func:`start` checks everything (the search space, the metric, the scheduler, the resources) before
+Ray is touched, claims ``runs/<sweep>/`` and writes its plan to ``sweep.json``; then it connects
+to a Ray cluster (``--address``) or starts a local one for the sweep alone, and runs Ray Tune's
+``Tuner`` with one :class:`~caffetool.sweep.trial.CaffeTrial` per point of the space, each holding
+``--cpus-per-trial`` CPUs or ``--gpus-per-trial`` GPUs, at most ``--max-concurrent`` at once. Tune's
+own state goes to ``runs/<sweep>/tune/``; each trial's run to ``runs/<sweep>/trial-NNNNN/``.
+
+Ctrl-C (or SIGTERM) stops the sweep in order (:mod:`caffetool.sweep.cluster`): every running
+trial snapshots and records ``interrupted``, Tune saves its state, and a local Ray is shut down,
+taking its workers with it (and Caffe with them: a run's Caffe dies with its parent). A second
+Ctrl-C stops at once. :func:`resume` continues an interrupted sweep with ``Tuner.restore``:
+unfinished trials continue their runs from their snapshots; finished, stopped and failed trials
+stay as they are.
+
+Limits: on a cluster the runs directory should be one shared folder (NFS or alike) for
+``sweep.report`` to see every trial's run; without one, each trial's run stays on its node and the
+report lists a trial whose run it cannot see with its parameters only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from caffetool import fsio
+from caffetool.choices import Limit, bounded, choose
+from caffetool.data import lookup
+from caffetool.engine import EngineInfo, import_caffe
+from caffetool.errors import ConfigError, RunError
+from caffetool.nets import prototxt, solver as solvers
+from caffetool.sweep import cluster
+from caffetool.sweep import space as spaces
+from caffetool.train import rundir
+
+PLAN = "sweep.json"
+TUNE_DIR = "tune"
+SCHEDULERS = ("fifo", "asha")
+MODES = ("max", "min")
+REDUCTION_FACTOR = 4  # ASHA's default (Li et al., "A System for Massively Parallel Hyperparameter Tuning")
+TESTS_PER_TRIAL = 5  # a sweep's default test_interval: so many tests in a trial, for ASHA to compare
+CPUS = Limit("a number of CPUs", 0, 1024, low_open=True)
+GPUS = Limit("a number of GPUs", 0, 64)
+SAMPLES = Limit("a number of samples", 1, 100_000, kind=int)
+CONCURRENT = Limit("a number of trials", 1, 100_000, kind=int)
+GRACE = Limit("an iteration count", 1, 2**31 - 1, kind=int)
+
+
+@dataclass
+class Plan:
+    """What a sweep is: everything :func:`start` and :func:`resume` need, as ``sweep.json`` holds it."""
+
+    name: str
+    params: list[str]
+    metric: str = "test/accuracy"
+    mode: str = "max"
+    scheduler: str = "fifo"
+    grace: int | None = None
+    samples: int = 1
+    max_concurrent: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    address: str | None = None
+    model: str = "lenet"
+    dataset: str = "fashion-mnist"
+    data_dir: str | None = None
+    models_dir: str | None = None
+    solver: str | None = None
+    cwd: str = field(default_factory=lambda: str(Path.cwd()))
+    fixed: dict[str, Any] = field(default_factory=dict)
+    engine_prefix: str | None = None
+    max_iter: int = 0  # settled from the flags: ASHA's max_t
+
+
+@dataclass
+class Outcome:
+    sweep_dir: Path
+    status: str  # finished, interrupted
+    seconds: float
+    trials: list[dict[str, Any]]
+
+
+def check(plan: Plan, engine: EngineInfo) -> spaces.Space:
+    """Everything about ``plan`` that can be checked without Ray; fills in its settled numbers."""
+    plan.metric = spaces.parse_metric(plan.metric).name
+    plan.mode = choose(plan.mode, MODES, "--mode")
+    plan.scheduler = choose(plan.scheduler, SCHEDULERS, "--scheduler")
+    plan.samples = int(bounded(plan.samples, "--samples", SAMPLES) or 1)
+    plan.max_concurrent = bounded(plan.max_concurrent, "--max-concurrent", CONCURRENT)  # type: ignore[assignment]
+    plan.cpus_per_trial = float(bounded(plan.cpus_per_trial, "--cpus-per-trial", CPUS) or 1)
+    plan.gpus_per_trial = float(bounded(plan.gpus_per_trial, "--gpus-per-trial", GPUS) or 0)
+    if plan.gpus_per_trial and engine.cpu_only:
+        raise ConfigError(f"--gpus-per-trial {plan.gpus_per_trial:g} asks for GPUs, but the engine at "
+                          f"{engine.prefix} was built CPU-only; use --cpus-per-trial")
+    if plan.solver is not None and not Path(plan.solver).is_file():
+        raise ConfigError(f"--solver {plan.solver} does not exist")
+    space = spaces.build(plan.params, plan.fixed)
+    if plan.samples > 1 and not space.sampled:
+        raise ConfigError("--samples draws from ranges (log:, uniform:, int:); this sweep has only grids")
+    plan.max_iter = max(_max_iter(plan, engine, trial) for trial in spaces.corners(space))
+    metric = spaces.parse_metric(plan.metric)
+    tested = plan.fixed.get("test_interval") or any(p.name == "test_interval" for p in space.params)
+    if plan.scheduler == "asha" and metric.net >= 0 and not tested and plan.solver is None:
+        interval = max(1, plan.max_iter // TESTS_PER_TRIAL)
+        plan.fixed["test_interval"] = str(interval)
+        if not plan.fixed.get("display") and all(p.name != "display" for p in space.params):
+            # A test's row is whole at Caffe's next log event: a display line at each test makes
+            # it reach the scheduler at once rather than up to a display interval later.
+            plan.fixed["display"] = str(min(int(solvers.LENET_RECIPE["display"]), interval))
+    if plan.grace is not None:
+        plan.grace = int(bounded(plan.grace, "--grace", GRACE))  # type: ignore[arg-type]
+        if plan.grace >= plan.max_iter:
+            raise ConfigError(f"--grace {plan.grace} must be below the trials' {plan.max_iter} iterations")
+    return space
+
+
+def _max_iter(plan: Plan, engine: EngineInfo, params: dict[str, Any]) -> int:
+    """The iterations a trial with ``params`` runs: the flags', or the user's solver file's."""
+    given = params.get("max_iter", plan.fixed.get("max_iter"))
+    if given not in (None, ""):
+        return int(given)
+    if plan.solver is None:
+        return int(solvers.settle(spaces.options(plan.fixed, params))["max_iter"])
+    caffe_pb2 = import_caffe(engine).proto.caffe_pb2
+    return int(prototxt.read(Path(plan.solver), caffe_pb2.SolverParameter()).max_iter)
+
+
+def start(plan: Plan, engine: EngineInfo, runs_dir: Path, say: Callable[[str], None] = print) -> Outcome:
+    """Run the sweep ``plan`` in ``runs_dir/<name>`` to its end (or to Ctrl-C)."""
+    space = check(plan, engine)
+    if plan.solver is None and plan.address is None:
+        # Fetched once here, so the trials of a local sweep do not all fetch at once.
+        lookup.find(plan.dataset, plan.data_dir, fetch_missing=True, say=say)
+    sweep_dir = rundir.claim(runs_dir.absolute(), plan.name)
+    plan.name = sweep_dir.name
+    write_plan(sweep_dir, plan, status="running")
+    say(f"sweep {plan.name}: {_describe(plan, space)}")
+    return _run(plan, sweep_dir, say, lambda trainable: _tuner(plan, space, sweep_dir, trainable, say))
+
+
+def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = print,
+           address: str | None = None) -> Outcome:
+    """Continue the interrupted sweep in ``sweep_dir`` (Ray Tune's restore)."""
+    plan = read_plan(sweep_dir)
+    if address is not None:
+        plan.address = address
+    if not (sweep_dir / TUNE_DIR).is_dir():
+        raise RunError(f"{sweep_dir} has no Ray Tune state ({TUNE_DIR}/) to resume from")
+    write_plan(sweep_dir, plan, status="running")
+    say(f"resuming sweep {plan.name}")
+
+    def restored(trainable: Any) -> Any:
+        from ray import tune  # noqa: PLC0415
+
+        return tune.Tuner.restore(str(sweep_dir / TUNE_DIR), trainable=trainable, resume_unfinished=True,
+                                  resume_errored=False, restart_errored=False)
+
+    return _run(plan, sweep_dir, say, restored)
+
+
+def _run(plan: Plan, sweep_dir: Path, say: Callable[[str], None], make_tuner: Callable[[Any], Any]) -> Outcome:
+    from caffetool.sweep import report  # noqa: PLC0415
+
+    t0 = time.monotonic()
+    with cluster.connected(plan.address, say), cluster.interruptible(plan.name, say) as interrupted:
+        from caffetool.sweep.trial import SweepFlags, flags_name, NAMESPACE  # noqa: PLC0415
+
+        ready = time.monotonic()
+        name = flags_name(plan.name)
+        interrupted.flags = SweepFlags.options(name=name, namespace=NAMESPACE).remote()  # type: ignore[attr-defined]
+        tuner = make_tuner(_trainable(plan, sweep_dir, name))
+        results = tuner.fit()
+        tune_trials = _tune_trials(results)
+        tuned = time.monotonic()
+    status = "interrupted" if interrupted.is_set else "finished"
+    seconds = round(time.monotonic() - t0, 3)
+    timings = {"ray_start": round(ready - t0, 3), "tune": round(tuned - ready, 3),
+               "ray_stop": round(time.monotonic() - tuned, 3), "total": seconds}
+    write_plan(sweep_dir, plan, status=status, seconds=seconds, timings_s=timings, trials=tune_trials)
+    trials = report.write(sweep_dir)
+    return Outcome(sweep_dir, status, seconds, trials)
+
+
+def _trainable(plan: Plan, sweep_dir: Path, flags: str) -> Any:
+    from ray import tune  # noqa: PLC0415
+
+    from caffetool.sweep.trial import CaffeTrial, TrialSpec, spec_dict  # noqa: PLC0415
+
+    spec = TrialSpec(sweep=plan.name, sweep_dir=str(sweep_dir), metric=plan.metric, fixed=plan.fixed,
+                     model=plan.model, dataset=plan.dataset, data_dir=plan.data_dir, models_dir=plan.models_dir,
+                     solver=plan.solver, cwd=plan.cwd, engine_prefix=plan.engine_prefix, cpus=plan.cpus_per_trial,
+                     gpus=plan.gpus_per_trial, flags=flags)
+    resources = {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}
+    return tune.with_resources(tune.with_parameters(CaffeTrial, spec=spec_dict(spec)), resources)
+
+
+def _tuner(plan: Plan, space: spaces.Space, sweep_dir: Path, trainable: Any, say: Callable[[str], None]) -> Any:
+    from ray import tune  # noqa: PLC0415
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: PLC0415
+
+    from caffetool.sweep.trial import ITERATIONS, run_name  # noqa: PLC0415
+
+    if plan.scheduler == "asha":
+        grace = plan.grace or max(1, plan.max_iter // TESTS_PER_TRIAL)
+        scheduler: Any = ASHAScheduler(time_attr=ITERATIONS, max_t=plan.max_iter, grace_period=grace,
+                                       reduction_factor=REDUCTION_FACTOR, stop_last_trials=False)
+    else:
+        scheduler = FIFOScheduler()
+    config = tune.TuneConfig(metric=plan.metric, mode=plan.mode, scheduler=scheduler, num_samples=plan.samples,
+                             max_concurrent_trials=plan.max_concurrent, reuse_actors=True,
+                             trial_name_creator=lambda t: run_name(t.trial_id),
+                             trial_dirname_creator=lambda t: run_name(t.trial_id))
+    run = tune.RunConfig(name=TUNE_DIR, storage_path=str(sweep_dir), verbose=0, callbacks=[_progress(plan, say)],
+                         failure_config=tune.FailureConfig(max_failures=0, fail_fast=False))
+    return tune.Tuner(trainable, param_space=space.tune(), tune_config=config, run_config=run)
+
+
+def _progress(plan: Plan, say: Callable[[str], None]) -> Any:
+    """A Tune callback that says one line as each trial starts and ends."""
+    from ray import tune  # noqa: PLC0415
+
+    from caffetool.sweep.trial import ITERATIONS  # noqa: PLC0415
+
+    def params(trial: Any) -> str:
+        return ", ".join(f"{k}={v}" for k, v in trial.config.items())
+
+    class Progress(tune.Callback):
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            say(f"{trial}: started ({params(trial)})")
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            last = trial.last_result or {}
+            value = last.get(plan.metric)
+            figure = f"{plan.metric} {value:.4f} at iteration {last.get(ITERATIONS)}" \
+                if isinstance(value, float) else "no figure"
+            say(f"{trial}: {last.get('status', 'stopped early')}, {figure}")
+
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            say(f"{trial}: failed")
+
+    return Progress()
+
+
+def _tune_trials(results: Any) -> list[dict[str, Any]]:
+    """Each trial as Tune saw it: its run, parameters, state and error."""
+    from caffetool.sweep.trial import run_name  # noqa: PLC0415
+
+    out = []
+    for result in results:
+        trial_id = (result.metrics or {}).get("trial_id")
+        name = run_name(str(trial_id)) if trial_id else Path(result.path).name  # the trial's folder is its run's name
+        error = result.error
+        out.append({"trial": name, "trial_id": trial_id, "params": result.config,
+                    "error": _error_line(error) if error else None})
+    return sorted(out, key=lambda t: t["trial"])
+
+
+def _error_line(error: BaseException) -> str:
+    """The first line that says why a trial failed (Ray wraps it in its own error's text)."""
+    cause = getattr(error, "cause", None) or error
+    text = str(cause).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    wanted = [line for line in lines if "Error:" in line or "Refused" in line]
+    return (wanted[-1] if wanted else lines[-1] if lines else type(error).__name__).strip()
+
+
+def _describe(plan: Plan, space: spaces.Space) -> str:
+    count = space.grid_size() * plan.samples
+    per = f"{plan.gpus_per_trial:g} GPU" if plan.gpus_per_trial else f"{plan.cpus_per_trial:g} CPU"
+    sched = f"ASHA (grace {plan.grace or max(1, plan.max_iter // TESTS_PER_TRIAL)})" if plan.scheduler == "asha" \
+        else "FIFO"
+    what = plan.solver or f"{plan.model} on {plan.dataset}"
+    return (f"{count} trial(s) of {what}, {plan.max_iter} iterations at most, {per} each, {plan.mode} "
+            f"{plan.metric}, {sched}")
+
+
+def write_plan(sweep_dir: Path, plan: Plan, **record: Any) -> None:
+    previous = _read(sweep_dir) if (sweep_dir / PLAN).is_file() else {}
+    data = {**previous, "plan": asdict(plan), **record}
+    fsio.write_atomic(sweep_dir / PLAN, json.dumps(data, indent=2, default=str) + "\n", RunError)
+
+
+def _read(sweep_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((sweep_dir / PLAN).read_text())
+    except (OSError, ValueError) as e:
+        raise RunError(f"{sweep_dir / PLAN} is unreadable ({e}); is {sweep_dir} a sweep?") from None
+    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
+        raise RunError(f"{sweep_dir / PLAN} is not a sweep's record")
+    return data
+
+
+def read_plan(sweep_dir: Path) -> Plan:
+    known = set(Plan.__dataclass_fields__)
+    return Plan(**{k: v for k, v in _read(sweep_dir)["plan"].items() if k in known})
+
+
+def read_record(sweep_dir: Path) -> dict[str, Any]:
+    """``sweep.json`` as written: the plan, the sweep's status and Tune's view of each trial."""
+    return _read(sweep_dir)
+
+
+def find(runs_dir: Path, name: str) -> Path:
+    """A sweep by name (under ``runs_dir``) or by path."""
+    for candidate in (Path(name), runs_dir / name):
+        if (candidate / PLAN).is_file():
+            return candidate.absolute()
+    raise RunError(f"no sweep {name!r} (looked for {runs_dir / name}/{PLAN})")

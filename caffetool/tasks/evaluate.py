@@ -1,0 +1,41 @@
+"""``caffetool evaluate``: a trained classifier over its whole test database, with its confusion matrix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from invoke import Collection
+
+from caffetool.choices import choose, count, input_file
+from caffetool.engine import locate
+from caffetool.evaluation import forward, records
+from caffetool.tasks._common import pick, task
+from caffetool.train import rundir
+
+
+@task(default=True, positional=["run"], help={
+    "run": "run name or directory", "weights": ".caffemodel (default: the run's newest)",
+    "split": "test (default) or train: the database of that phase's Data layer",
+    "top": "k of the top-k accuracy (default 5)", "backend": "caffe (pycaffe, exact) or opencv (cv2.dnn)",
+    "batch_size": "records per forward pass (default: the data layer's batch_size)",
+    "caffe_test": "also run `caffe test` over the same records to compare (default; --no-caffe-test skips)",
+    "runs_dir": "where runs are"})
+def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: str = "5", backend: str = "caffe",
+        batch_size: str | None = None, caffe_test: bool = True, runs_dir: str | None = None) -> None:
+    """Evaluate a run: top-1/top-k, confusion matrix, per-class figures, mistakes, checked against caffe test."""
+    from caffetool.evaluation import run as evaluation  # noqa: PLC0415 - matplotlib only when evaluating
+
+    k = count(top, "--top")
+    size = count(batch_size, "--batch-size")
+    split = choose(split, records.SPLITS, "--split")
+    backend = choose(backend, forward.BACKENDS, "--backend")
+    run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
+    chosen = input_file(weights, "--weights").absolute() if weights else None
+    result = evaluation.evaluate(locate(c.engine.prefix, probe=False), run_dir, chosen, split, k, backend, size,
+                                 caffe_test)
+    for line in result.lines():
+        print(line)
+
+
+ns = Collection("evaluate", run)
