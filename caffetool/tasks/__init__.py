@@ -53,7 +53,7 @@ def quickstart(c: Context, max_iter: str | None = None) -> None:
                            runs_dir=c.runs.dir, models_dir=c.model.dir)
     trained = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     train.finish(trained)
-    print(f"demo-ready: invoke demo.serve --run {trained.run_dir.name}")
+    print(f"demo-ready: caffetool demo.serve --run {trained.run_dir.name}")
 
 
 def check_project_settings(folder: Path) -> None:
