@@ -1,8 +1,9 @@
 """Docker: the Dockerfile lints clean, and the tasks send Docker exactly the right commands.
 
-These machines have no Docker daemon and no GPU, so the docker tasks run against Invoke's
-MockContext — a stand-in for `c.run` that records each command and answers with canned results.
-It is the one place the suite uses a stand-in: what is checked is the exact argument list.
+Here the docker tasks run against Invoke's MockContext — a stand-in for `c.run` that records each
+command and answers with canned results — so every variant (the GPU ones too, which need an NVIDIA
+runtime these machines lack) is checked down to the exact argument list.
+tests/test_docker_daemon.py builds and runs the CPU image with a real Docker daemon.
 """
 
 from __future__ import annotations
@@ -26,54 +27,106 @@ from caffetool.tasks import docker as docker_tasks
 from .conftest import PROJECT
 
 
-def test_dockerfile_lints_clean():
+@pytest.mark.parametrize("dockerfile", sorted(dockerimg.DOCKERFILES.values()))
+def test_dockerfiles_lint_clean(dockerfile):
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
-    done = subprocess.run([hadolint, str(PROJECT / "docker" / "Dockerfile")], capture_output=True, text=True)
+    done = subprocess.run([hadolint, str(PROJECT / dockerfile)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("dockerfile", sorted(dockerimg.DOCKERFILES.values()))
+def test_dockerfiles_need_no_buildkit(dockerfile):
+    """Debian's and Ubuntu's docker.io have no buildx: no named contexts, no RUN --mount, no heredocs."""
+    text = (PROJECT / dockerfile).read_text()
+    stages = set(re.findall(r"^FROM \S+ AS (\S+)$", text, re.MULTILINE))
+    assert stages
+    assert set(re.findall(r"--from=(\S+)", text)) <= stages
+    assert not re.search(r"^RUN --|<<", text, re.MULTILINE)
+    for copied in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.MULTILINE):
+        for path in copied.split():
+            assert (path.startswith("build/docker-context/") or (PROJECT / path).exists()), path
+
+
+def test_dockerignore_keeps_bulk_out_and_staged_inputs_in():
+    lines = (PROJECT / ".dockerignore").read_text().split("\n")
+    assert {"data/", "runs/", ".venv/", ".git/"} <= set(lines)
+    assert lines.index("!build/docker-context/") > lines.index("build/*")
 
 
 def test_runtime_lib_collector_is_valid_shell():
     assert subprocess.run(["bash", "-n", str(PROJECT / "docker" / "collect-runtime-libs.sh")]).returncode == 0
 
 
-def context(runtimes: str = '{"nvidia":{},"runc":{}}', docker: bool = True, daemon: bool = True) -> MockContext:
+def context(runtimes: str = '{"nvidia":{},"runc":{}}', docker: bool = True, daemon: bool = True,
+            buildx: bool = False) -> MockContext:
     answers = {
         "command -v docker": Result("/usr/bin/docker\n" if docker else "", exited=0 if docker else 1),
         "docker info --format '{{json .Runtimes}}'": Result(runtimes + "\n", exited=0 if daemon else 1),
+        "docker buildx version": Result("github.com/docker/buildx v0.17.1\n" if buildx else "", exited=0 if buildx else 1),
     }
     c = MockContext(config=Config(overrides=TASK_DEFAULTS), run=answers, repeat=True)
-    c.set_result_for("run", re.compile(r"docker (build|run) .*"), Result(""))
+    c.set_result_for("run", re.compile(r"docker (build|run|push) .*"), Result(""))
     return c
 
 
 def sent(c: MockContext) -> list[list[str]]:
     return [shlex.split(call.args[0]) for call in c.run.call_args_list if call.args[0].startswith("docker ")
-            and not call.args[0].startswith("docker info")]
+            and not call.args[0].startswith(("docker info", "docker buildx"))]
 
 
-def test_gpu_build_command(tmp_path, engine):
-    c = context()
+def env_of(c: MockContext, verb: str) -> dict:
+    (call,) = [call for call in c.run.call_args_list if call.args[0].startswith(f"docker {verb} ")]
+    return call.kwargs["env"]
+
+
+def test_gpu_build_command(tmp_path, engine, capsys):
+    c = context(buildx=True)
     docker_tasks.build(c, variant="gpu", cuda="12.4.1", ubuntu="22.04")
     (argv,) = sent(c)
-    source = dockerimg.source_context(None, None)
     assert argv == [
         "docker", "build", "--file", str(PROJECT / "docker" / "Dockerfile"),
         "--build-arg", "BUILD_IMAGE=nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04",
         "--build-arg", "RUNTIME_IMAGE=nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
         "--build-arg", "VARIANT=gpu", "--build-arg", "CUDA_ARCH=70 75 80 86 89 90",
-        "--build-arg", "NCCL_VERSION=2.21.5-1+cuda12.4", "--build-context", f"caffe-source={source}",
+        "--build-arg", "NCCL_VERSION=2.21.5-1+cuda12.4",
         "--label", f"org.caffetool.engine.recipe={dockerimg.recipe_label()}",
         "--label", "org.caffetool.variant=gpu", "--tag", "caffetool:gpu-cuda12.4.1-ubuntu22.04", str(PROJECT)]
-    assert sorted(p.name for p in source.iterdir()) == sorted(t.name for t in dockerimg.CAFFE_SOURCE.tarballs)
+    staged = PROJECT / dockerimg.STAGE / "source"
+    assert sorted(p.name for p in staged.iterdir()) == sorted(t.name for t in dockerimg.CAFFE_SOURCE.tarballs)
+    assert env_of(c, "build") == {}
+    assert "with BuildKit (docker buildx)" in capsys.readouterr().out
 
 
-def test_cpu_build_with_tag_and_push(engine):
+@pytest.mark.slow  # bundles the installed engine (about 40 s on 2 cores)
+def test_cpu_build_from_a_bundle_with_the_legacy_builder_network_tag_and_push(engine, capsys):
+    from caffetool.engine import bundle
+
     c = context(runtimes='{"runc":{}}')  # a CPU image needs no nvidia runtime
-    docker_tasks.build(c, variant="cpu", tag="me/caffetool:cpu", push=True)
-    (argv,) = sent(c)
-    assert argv[argv.index("--build-arg") + 1] == "BUILD_IMAGE=debian:12"
-    assert "RUNTIME_IMAGE=debian:12-slim" in argv and "VARIANT=cpu" in argv and "NCCL_VERSION=" in argv
-    assert argv[-4:] == ["--tag", "me/caffetool:cpu", "--push", str(PROJECT)]
+    docker_tasks.build(c, variant="cpu", tag="me/caffetool:cpu", push=True, network="host")
+    build, push = sent(c)
+    assert build[:5] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundle.Dockerfile"),
+                         "--build-arg"]
+    assert build[5:8] == ["BASE_IMAGE=debian:12", "--network", "host"]
+    assert build[-4:] == ["org.caffetool.variant=cpu", "--tag", "me/caffetool:cpu", str(PROJECT)]
+    assert "--push" not in build and "--build-context" not in " ".join(build)
+    assert push == ["docker", "push", "me/caffetool:cpu"]
+    assert env_of(c, "build") == {"DOCKER_BUILDKIT": "0"}
+    staged = PROJECT / dockerimg.STAGE / "engine" / dockerimg.BUNDLE_NAME
+    assert bundle.read_manifest(staged)["engine"]["version"]
+    assert "with the legacy builder" in capsys.readouterr().out
+
+
+def test_local_certificate_authorities_are_staged_and_stale_ones_dropped(tmp_path):
+    local = tmp_path / "local"
+    (local / "corp").mkdir(parents=True)
+    (local / "corp" / "proxy.crt").write_text("PEM")
+    (local / "notes.txt").write_text("not a certificate")
+    folder = tmp_path / dockerimg.STAGE / "ca-certificates"
+    folder.mkdir(parents=True)
+    (folder / "old.crt").write_text("gone")
+    assert dockerimg.stage_certificates(tmp_path, local) == ["corp-proxy.crt"]
+    assert [p.name for p in folder.iterdir()] == ["corp-proxy.crt"]
+    assert dockerimg.stage_certificates(tmp_path, tmp_path / "none") == [] and not any(folder.iterdir())
 
 
 def test_train_runs_as_the_user_with_gpus_and_mounts(tmp_path):
@@ -94,6 +147,14 @@ def test_demo_publishes_on_loopback_only(tmp_path):
     assert "--gpus" not in argv
     assert argv[-8:] == ["caffetool:cpu-debian12", "demo.serve", "--host", "0.0.0.0", "--port", "8000",
                          "--run", "full-default"]
+
+
+def test_demo_on_the_host_network_listens_on_loopback_itself(tmp_path):
+    c = context(runtimes='{"runc":{}}')
+    docker_tasks.demo(c, variant="cpu", port="8080", network="host", data_dir=str(tmp_path), runs_dir=str(tmp_path))
+    (argv,) = sent(c)
+    assert "--publish" not in argv and argv[argv.index("--network") + 1] == "host"
+    assert argv[-6:] == ["caffetool:cpu-debian12", "demo.serve", "--host", "127.0.0.1", "--port", "8080"]
 
 
 @pytest.mark.parametrize("ctx,message", [

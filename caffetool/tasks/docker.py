@@ -1,13 +1,14 @@
 """``caffetool docker.*``: build the images, train and serve the demo inside them.
 
-Every Docker call goes through Invoke's ``c.run`` (which the tests replace with ``MockContext``,
-there being no Docker daemon on the machines they run on).
+Every Docker call goes through Invoke's ``c.run``: tests/test_docker.py checks the exact commands
+with Invoke's ``MockContext``, tests/test_docker_daemon.py runs them against a real daemon.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import time
 from pathlib import Path
 
 from invoke import Collection, Context
@@ -35,19 +36,42 @@ def require_docker(c: Context, gpu: bool) -> None:
                                     "(nvidia-ctk runtime configure --runtime=docker) and restart Docker")
 
 
-def _run(c: Context, argv: list[str]) -> None:
+def _run(c: Context, argv: list[str], env: dict[str, str] | None = None) -> None:
     """Run a Docker command, echoed, its output passed through."""
-    c.run(shlex.join(argv), pty=False, echo=True)
+    c.run(shlex.join(argv), pty=False, echo=True, env=env or {})
 
 
-@task(help={**IMAGE_HELP, "push": "push the image after building", "source": "folder or URL with the tarballs"})
+def builder(c: Context) -> tuple[str, dict[str, str]]:
+    """BuildKit where the buildx plugin is there, else the legacy builder (asked for explicitly)."""
+    if c.run("docker buildx version", hide=True, warn=True).ok:
+        return dockerimg.BUILDKIT, {}
+    return dockerimg.LEGACY, {"DOCKER_BUILDKIT": "0"}
+
+
+@task(help={**IMAGE_HELP, "push": "push the image after building", "source": "folder or URL with the tarballs (gpu)",
+            "prefix": "installed engine to bundle into the cpu image (default: engine.prefix)",
+            "network": "network for the build's apt and pip (e.g. host, where the daemon has no bridge)"})
 def build(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
-          push: bool = False, source: str | None = None) -> None:
-    """Build the gpu or cpu image with the engine recipe (docker/Dockerfile)."""
+          push: bool = False, source: str | None = None, prefix: str | None = None,
+          network: str | None = None) -> None:
+    """Build the gpu image (engine compiled in a build stage) or the cpu image (the host's engine, bundled)."""
     img = dockerimg.image(variant, cuda, ubuntu, tag)
     require_docker(c, gpu=False)  # building needs no GPU
-    context = dockerimg.source_context(pick(source, c.engine.source), c.engine.debian_mirror)
-    _run(c, dockerimg.build_argv(img, PROJECT, context, push))
+    if img.gpu:
+        staged = dockerimg.stage_source(PROJECT, pick(source, c.engine.source), c.engine.debian_mirror)
+        print(f"staged the Caffe source tarballs in {staged}")
+    else:
+        r = dockerimg.stage_bundle(PROJECT, pick(prefix, c.engine.prefix), say=lambda _: None)
+        print(f"staged the engine bundle {r.path} ({r.size / 2**20:.1f} MiB, {r.seconds:.0f} s)")
+    if cas := dockerimg.stage_certificates(PROJECT):
+        print(f"the build stage trusts this machine's local certificate authorities: {', '.join(cas)}")
+    name, env = builder(c)
+    print(f"building {img.tag} with {name}")
+    started = time.monotonic()
+    _run(c, dockerimg.build_argv(img, PROJECT, network), env)
+    print(f"built {img.tag} in {time.monotonic() - started:.0f} s with {name}")
+    if push:
+        _run(c, dockerimg.push_argv(img))
 
 
 def _paths(c: Context, data_dir: str | None, runs_dir: str | None) -> tuple[Path, Path]:
@@ -64,31 +88,40 @@ def _made(*folders: Path) -> None:
 
 
 @task(help={**IMAGE_HELP, "args": "arguments for `caffetool train` inside the image, e.g. \"--gpu all --max-iter 500\"",
-            "data_dir": "host data folder (mounted)", "runs_dir": "host runs folder (mounted)"})
+            "data_dir": "host data folder (mounted)", "runs_dir": "host runs folder (mounted)",
+            "network": "container network (e.g. none, where the daemon has no bridge)"})
 def train(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
-          args: str = "", data_dir: str | None = None, runs_dir: str | None = None) -> None:
+          args: str = "", data_dir: str | None = None, runs_dir: str | None = None,
+          network: str | None = None) -> None:
     """Train inside the image (`--gpus all`), data and runs mounted, files owned by you."""
     img = dockerimg.image(variant, cuda, ubuntu, tag)
     words = shell_words(args, "--args")
     data, runs = _paths(c, data_dir, runs_dir)
     require_docker(c, img.gpu)
     _made(data, runs)
-    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, ["train", *words]))
+    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, ["train", *words], network=network))
 
 
 @task(help={**IMAGE_HELP, "run": "run to serve", "port": "host port, 1 to 65535 (published on 127.0.0.1 only)",
-            "data_dir": "host data folder (mounted)", "runs_dir": "host runs folder (mounted)"})
+            "data_dir": "host data folder (mounted)", "runs_dir": "host runs folder (mounted)",
+            "network": "container network; with host the demo listens on the host's 127.0.0.1:PORT itself"})
 def demo(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
          run: str | None = None, port: str = "8000", data_dir: str | None = None,
-         runs_dir: str | None = None) -> None:
+         runs_dir: str | None = None, network: str | None = None) -> None:
     """Serve the demo from the image on http://127.0.0.1:PORT/."""
     img = dockerimg.image(variant, cuda, ubuntu, tag)
     host_port = bounded(port, "--port", PORT)
     data, runs = _paths(c, data_dir, runs_dir)
     require_docker(c, img.gpu)
     _made(data, runs)
-    serve = ["demo.serve", "--host", "0.0.0.0", "--port", "8000"] + (["--run", run] if run else [])
-    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, serve, publish=f"127.0.0.1:{host_port}:8000"))
+    chosen = ["--run", run] if run else []
+    if network == "host":  # the host's own network: no port to publish, so listen on its loopback only
+        serve = ["demo.serve", "--host", "127.0.0.1", "--port", str(host_port), *chosen]
+        _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, serve, network=network))
+        return
+    serve = ["demo.serve", "--host", "0.0.0.0", "--port", "8000", *chosen]
+    _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, serve, publish=f"127.0.0.1:{host_port}:8000",
+                               network=network))
 
 
 ns = Collection("docker", build, train, demo)

@@ -1,0 +1,168 @@
+"""The CPU image built and run for real, with Debian's own Docker (docker.io, no buildx).
+
+The test starts a private Docker daemon (its own data root, exec root and socket under the test's
+tmp folder, no bridge network and vfs storage, as a machine without Docker's networking set up
+needs), stops it at the end whatever happens, and drives it through the docker tasks: build the
+image (the legacy builder, the host's engine bundled in), train 100 iterations inside it with the
+host's data and runs folders mounted, check the files are the caller's, then serve the demo.
+No registry is reachable, so ``debian:12`` is made with debootstrap and ``docker import``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from invoke import Config, Context
+
+from caffetool import apt, dockerimg
+from caffetool.config import TASK_DEFAULTS
+from caffetool.tasks import docker as docker_tasks
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+DEBIAN_DOCKER = Path("/usr/bin/docker")  # docker.io's client; another Docker may come first on PATH
+RUN = "docker100"
+
+
+def _wait(what: str, ready, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not ready after {seconds:.0f} s")
+        time.sleep(0.5)
+
+
+def _context() -> Context:
+    """The tasks' configuration; stdin is not passed on (pytest captures it)."""
+    return Context(Config(overrides={**TASK_DEFAULTS, "run": {**TASK_DEFAULTS.get("run", {}), "in_stream": False}}))
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """The environment that points Debian's docker client at a private daemon, stopped afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("starting a Docker daemon needs root")
+    apt.install_packages(["docker.io", "debootstrap"])
+    home = tmp_path_factory.mktemp("dockerd")
+    socket = home / "docker.sock"
+    client_bin = home / "bin"
+    client_bin.mkdir()
+    (client_bin / "docker").symlink_to(DEBIAN_DOCKER)
+    env = {**os.environ, "DOCKER_HOST": f"unix://{socket}", "PATH": f"{client_bin}:{os.environ['PATH']}"}
+    log = open(home / "dockerd.log", "w")  # noqa: SIM115  (closed in the finally below)
+    dockerd = subprocess.Popen(
+        ["dockerd", "--data-root", str(home / "root"), "--exec-root", str(home / "exec"),
+         "--pidfile", str(home / "dockerd.pid"), "--host", f"unix://{socket}", "--bridge=none",
+         "--iptables=false", "--ip6tables=false", "--storage-driver=vfs"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait("dockerd", lambda: subprocess.run(["docker", "info"], env=env, capture_output=True).returncode == 0
+              or dockerd.poll() is not None, 60)
+        assert dockerd.poll() is None, (home / "dockerd.log").read_text()[-2000:]
+        rootfs = home / "rootfs"
+        mirror = apt.system_debian_mirror() or "http://deb.debian.org/debian"
+        done = subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs), mirror],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-1000:]
+        subprocess.run(f"tar -C {rootfs} -c . | docker import - {dockerimg.CPU_IMAGES[0]}", shell=True,
+                       env=env, check=True, capture_output=True)
+        shutil.rmtree(rootfs)
+        yield env
+    finally:
+        dockerd.terminate()
+        try:
+            dockerd.wait(60)
+        except subprocess.TimeoutExpired:
+            dockerd.kill()
+            dockerd.wait()
+        log.close()
+        # dockerd leaves its default network namespace mounted under the exec root
+        for point in _mounts_under(home):
+            subprocess.run(["umount", "-l", point], check=False)
+        for folder in ("root", "exec"):  # vfs keeps a full copy of every layer
+            shutil.rmtree(home / folder, ignore_errors=True)
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    """Mount points below ``folder``, deepest first."""
+    points = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    return sorted((p for p in points if p.startswith(f"{folder}/")), key=len, reverse=True)
+
+
+@pytest.fixture(scope="module")
+def image(daemon) -> str:
+    """The CPU image, built once by ``docker.build`` with the legacy builder."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("DOCKER_HOST", "PATH"):
+            patch.setenv(name, daemon[name])
+        docker_tasks.build(_context(), variant="cpu", network="host")
+    return dockerimg.image("cpu").tag
+
+
+@pytest.fixture
+def docker_env(daemon, monkeypatch):
+    for name in ("DOCKER_HOST", "PATH"):
+        monkeypatch.setenv(name, daemon[name])
+
+
+def test_the_client_is_debians_without_buildx(docker_env):
+    version = subprocess.run(["docker", "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True)
+    assert version.stdout.startswith("20.10."), version.stdout + version.stderr
+    assert subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode != 0
+
+
+def test_cpu_image_trains_with_host_folders_and_serves_the_demo(image, docker_env, fashion_data, tmp_path):
+    data, runs = fashion_data.path.parent, tmp_path / "runs"
+    labels = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+                            capture_output=True, text=True, check=True).stdout
+    assert dockerimg.recipe_label().replace('"', '\\"') in labels and '"org.caffetool.variant":"cpu"' in labels
+
+    c = _context()
+    docker_tasks.train(c, variant="cpu", network="none", data_dir=str(data), runs_dir=str(runs),
+                       args=f"--dataset fashion-mnist --gpu cpu --name {RUN} --max-iter 100 --test-interval 100")
+    run_dir = runs / RUN
+    written = [p for p in run_dir.rglob("*")]
+    assert any(p.suffix == ".caffemodel" and "iter_100" in p.name for p in written), sorted(map(str, written))
+    assert {p.stat().st_uid for p in [run_dir, *written]} == {os.getuid()}
+    assert {p.stat().st_gid for p in [run_dir, *written]} == {os.getgid()}
+
+    port = _free_port()
+    demo = subprocess.Popen([str(Path(sys.executable).parent / "caffetool"), "docker.demo", "--variant", "cpu",
+                             "--network", "host", "--port", str(port), "--run", RUN, "--data-dir", str(data),
+                             "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait("the demo", lambda: _healthz(port) is not None or demo.poll() is not None, 180)
+        health = _healthz(port)
+        assert health is not None, demo.stdout.read() if demo.poll() is not None else ""
+        assert '"status":"ok"' in health.replace(" ", "")
+    finally:
+        ids = subprocess.run(["docker", "ps", "-q", "--filter", f"ancestor={image}"], capture_output=True,
+                             text=True).stdout.split()
+        if ids:
+            subprocess.run(["docker", "kill", *ids], capture_output=True)
+        demo.terminate()
+        demo.wait(30)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthz(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+            return answer.read().decode()
+    except OSError:
+        return None
