@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 
 from caffetool.data import datum, db
 from caffetool.errors import DataError, NetError, RunError
-from caffetool.nets import prototxt, state, transform
+from caffetool.nets import state, transform
 
 MAX_COUNT = 100  # records one listing may name
 
@@ -89,10 +89,9 @@ def for_run(run_dir: Path, caffe_pb2: ModuleType) -> ExampleSet:
 
 def database(run_dir: Path, caffe_pb2: ModuleType) -> Path | None:
     """The ``data_param.source`` of the run's first TEST-phase Data layer, resolved as caffe does."""
-    net_file = next((run_dir / name for name in transform.TRAINED_NETS if (run_dir / name).is_file()), None)
-    if net_file is None:
+    net = transform.run_net(run_dir, caffe_pb2)
+    if net is None:
         return None
-    net = prototxt.read(net_file, caffe_pb2.NetParameter())
     layer = next((layer for layer in net.layer if layer.type == "Data" and state.included(layer, state.TEST)), None)
     if layer is None or not layer.data_param.source:
         return None

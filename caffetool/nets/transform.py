@@ -22,13 +22,19 @@ TRAINED_NETS = ("train_val.prototxt", "test_net_0.prototxt", "train_net.prototxt
 DATA_TYPES = ("Data", "ImageData", "WindowData")
 
 
+def run_net(run_dir: Path, caffe_pb2: Any) -> Any | None:
+    """The net a run trained, with its data layers: the generated ``train_val.prototxt``, or a
+    ``--solver`` run's first test net, else its train net; None when the run has none of them."""
+    net_file = next((run_dir / name for name in TRAINED_NETS if (run_dir / name).is_file()), None)
+    return prototxt.read(net_file, caffe_pb2.NetParameter()) if net_file is not None else None
+
+
 def test_transform(run_dir: Path, caffe_pb2: Any) -> Any | None:
     """The ``TransformationParameter`` of the TEST-phase data layer of the run's net (of its first data
     layer when none is marked TEST), or None when the run has no such net or layer."""
-    net_file = next((run_dir / name for name in TRAINED_NETS if (run_dir / name).is_file()), None)
-    if net_file is None:
+    net = run_net(run_dir, caffe_pb2)
+    if net is None:
         return None
-    net = prototxt.read(net_file, caffe_pb2.NetParameter())
     data = [layer for layer in net.layer if layer.type in DATA_TYPES]
     chosen = next((layer for layer in data if layer.include and state.included(layer, state.TEST)),
                   data[0] if data else None)
