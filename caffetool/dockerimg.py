@@ -6,6 +6,9 @@ The commands are built here as data and run by the task layer; the image recipes
 ``-cudnn-runtime`` final stage and pin NCCL to the release NVIDIA's CUDA repository pairs with that
 CUDA. The CPU image (``docker/bundle.Dockerfile``) is Debian 12 with the host's installed engine
 unpacked from an engine bundle: no compiler in the build, a minute instead of a source build's ten.
+The GPU image ``--base pypi`` is the same recipe with a CUDA engine's bundle: Debian 12 plus the
+NVIDIA wheels from PyPI that the bundle declares (CUDA 13 runtime, cuBLAS, cuRAND, cuDNN 9, NCCL),
+so it builds where no NVIDIA registry is reachable; the NVIDIA container runtime adds the driver.
 
 Neither recipe uses BuildKit-only features (named build contexts, cache mounts): what a build needs
 from outside the project is staged in ``build/docker-context/`` inside the build context, so the
@@ -22,7 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from caffetool import config
-from caffetool.engine import source
+from caffetool.engine import cudalibs, source
+from caffetool.engine.locate import locate
+from caffetool.errors import ConfigError
 from caffetool.engine.recipe import CAFFE_SOURCE, PATCH_DIR, PROJECT_PATCHES
 from caffetool.checksum import sha256_file
 from caffetool.choices import choose
@@ -39,11 +44,16 @@ NCCL_FOR_CUDA: dict[str, str] = {
 }
 UBUNTU = ("22.04", "24.04")
 VARIANTS = ("gpu", "cpu")
+# Where a GPU image's CUDA comes from: NVIDIA's nvidia/cuda images, or Debian 12 and PyPI's wheels.
+BASES = ("nvidia", "pypi")
 CPU_IMAGES = ("debian:12", "debian:12-slim")
 CONTAINER_PROJECT = "/opt/caffetool"
+CONTAINER_ENGINE = "/opt/caffe"
 # Staged inputs of a build, inside the build context (.dockerignore lets this folder of build/ through).
 STAGE = Path("build") / "docker-context"
-DOCKERFILES = {"gpu": Path("docker") / "Dockerfile", "cpu": Path("docker") / "bundle.Dockerfile"}
+DOCKERFILES = {"source": Path("docker") / "Dockerfile", "bundle": Path("docker") / "bundle.Dockerfile"}
+# The files of an installed engine whose libraries `docker.check` resolves inside an image.
+ENGINE_ELVES = ("bin/caffe", "lib/libcaffe.so")
 BUNDLE_NAME = "engine.tar.zst"
 # The bundle only travels from the host to the daemon: fast compression beats a smaller archive.
 BUNDLE_LEVEL = 3
@@ -59,21 +69,39 @@ class Image:
     cuda: str
     ubuntu: str
     tag: str
+    base: str = "nvidia"
 
     @property
     def gpu(self) -> bool:
         """Whether the image is the CUDA one."""
         return self.variant == "gpu"
 
+    @property
+    def bundled(self) -> bool:
+        """Whether the image unpacks the host's engine bundle (cpu, gpu from PyPI) or compiles one."""
+        return not self.gpu or self.base == "pypi"
 
-def image(variant: str, cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None) -> Image:
-    """The image a variant names; the GPU one pairs a CUDA release with an Ubuntu release."""
+    @property
+    def dockerfile(self) -> Path:
+        return DOCKERFILES["bundle" if self.bundled else "source"]
+
+
+def image(variant: str, cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
+          base: str = "nvidia") -> Image:
+    """The image a variant names; the nvidia/cuda one pairs a CUDA release with an Ubuntu release.
+
+    The PyPI-based GPU image takes its CUDA release from the engine bundle, so ``--cuda`` and
+    ``--ubuntu`` do not apply to it.
+    """
     variant = choose(variant, VARIANTS, "--variant")
-    if variant == "gpu":
-        cuda = choose(cuda, NCCL_FOR_CUDA, "--cuda", also="NCCL is pinned per CUDA release")
-        ubuntu = choose(ubuntu, UBUNTU, "--ubuntu")
-    default = f"caffetool:gpu-cuda{cuda}-ubuntu{ubuntu}" if variant == "gpu" else "caffetool:cpu-debian12"
-    return Image(variant, cuda, ubuntu, tag or default)
+    base = choose(base, BASES, "--base")
+    if variant == "cpu":
+        return Image(variant, cuda, ubuntu, tag or "caffetool:cpu-debian12", "debian")
+    if base == "pypi":
+        return Image(variant, "pypi", "-", tag or "caffetool:gpu-pypi-debian12", base)
+    cuda = choose(cuda, NCCL_FOR_CUDA, "--cuda", also="NCCL is pinned per CUDA release")
+    ubuntu = choose(ubuntu, UBUNTU, "--ubuntu")
+    return Image(variant, cuda, ubuntu, tag or f"caffetool:gpu-cuda{cuda}-ubuntu{ubuntu}", base)
 
 
 def recipe_label() -> str:
@@ -101,10 +129,23 @@ def stage_source(project: Path, location: str | None, mirror: str | None) -> Pat
     return folder
 
 
-def stage_bundle(project: Path, prefix: str | None, say: Callable[[str], None] = print) -> BundleResult:
-    """Bundle the host's installed engine into the build context, for the CPU image."""
+def stage_bundle(project: Path, img: Image, prefix: str | Path | None,
+                 say: Callable[[str], None] = print) -> BundleResult:
+    """Bundle the host's installed engine into the build context, for a bundled image.
+
+    The engine must suit the image: a CPU-only one for the cpu image, a CUDA one for the GPU image
+    from PyPI (checked before the minute of bundling).
+    """
     from caffetool.engine import bundle  # noqa: PLC0415  (the bundler pulls in the ELF tools)
 
+    engine = locate(prefix, probe=False)
+    if img.gpu and engine.cpu_only:
+        raise ConfigError(f"the engine at {engine.prefix} is CPU-only, and the gpu image from PyPI needs a CUDA "
+                          "one: build it with `caffetool engine.compile-check` (no GPU needed) and pass "
+                          "--prefix, or use --variant cpu")
+    if not img.gpu and not engine.cpu_only:
+        raise ConfigError(f"the engine at {engine.prefix} is a CUDA build; the cpu image needs a CPU-only one: "
+                          "pass --prefix with a CPU engine, or use --variant gpu --base pypi")
     folder = project / STAGE / "engine"
     folder.mkdir(parents=True, exist_ok=True)
     return bundle.make(prefix, folder / BUNDLE_NAME, BUNDLE_LEVEL, say=say)
@@ -133,25 +174,43 @@ def build_argv(img: Image, project: Path, network: str | None = None) -> list[st
 
     Only flags the legacy builder shares with BuildKit: pushing is a separate ``docker push``.
     """
-    if img.gpu:
+    if not img.bundled:
         base = f"nvidia/cuda:{img.cuda}-cudnn"
         args = {"BUILD_IMAGE": f"{base}-devel-ubuntu{img.ubuntu}", "RUNTIME_IMAGE": f"{base}-runtime-ubuntu{img.ubuntu}",
                 "VARIANT": img.variant, "CUDA_ARCH": GPU_ARCH, "NCCL_VERSION": NCCL_FOR_CUDA[img.cuda]}
+    elif img.gpu:  # the NVIDIA container runtime mounts the driver into containers that ask for it
+        args = {"BASE_IMAGE": CPU_IMAGES[0], "NVIDIA_VISIBLE_DEVICES": "all"}
     else:
         args = {"BASE_IMAGE": CPU_IMAGES[0]}
-    argv = ["docker", "build", "--file", str(project / DOCKERFILES[img.variant])]
+    argv = ["docker", "build", "--file", str(project / img.dockerfile)]
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
     if network:
         argv += ["--network", network]
     argv += ["--label", f"org.caffetool.engine.recipe={recipe_label()}",
-             "--label", f"org.caffetool.variant={img.variant}", "--tag", img.tag]
+             "--label", f"org.caffetool.variant={img.variant}", "--label", f"org.caffetool.base={img.base}",
+             "--tag", img.tag]
     return argv + [str(project)]
 
 
 def push_argv(img: Image) -> list[str]:
     """``docker push`` of a built image (``docker build --push`` exists only with buildx)."""
     return ["docker", "push", img.tag]
+
+
+def probe_argv(img: Image, program: str, *args: str) -> list[str]:
+    """``docker run`` of one program of the image in place of its entry point, with no network."""
+    return ["docker", "run", "--rm", "--network", "none", "--entrypoint", program, img.tag, *args]
+
+
+def unresolved(ldd_output: str) -> list[str]:
+    """The libraries ``ldd`` could not find, but the NVIDIA driver's (the container runtime mounts those)."""
+    missing = []
+    for line in ldd_output.splitlines():
+        name, _, where = line.strip().partition(" => ")
+        if where.strip() == "not found" and name not in cudalibs.DRIVER_SONAMES:
+            missing.append(name)
+    return sorted(set(missing))
 
 
 def run_argv(img: Image, uid: int, gid: int, data_dir: Path, runs_dir: Path, task: list[str],

@@ -1,8 +1,12 @@
-# caffetool's CPU image, from an engine bundle: the engine is compiled once (on the host, by
-# `caffetool engine.install`), packed by `caffetool engine.bundle`, staged by `caffetool docker.build`
-# in build/docker-context/engine/ and unpacked here by `caffetool engine.install --bundle`. No
-# compiler, no -dev package and no source build in the image; any Docker builds it (no BuildKit
-# features: the legacy builder and BuildKit alike).
+# caffetool's images from an engine bundle: the engine is compiled once (on the host, by
+# `caffetool engine.install`, or `engine.compile-check` for CUDA), packed by `caffetool engine.bundle`,
+# staged by `caffetool docker.build` in build/docker-context/engine/ and unpacked here by
+# `caffetool engine.install --bundle`. No compiler, no -dev package and no source build in the
+# image; any Docker builds it (no BuildKit features: the legacy builder and BuildKit alike).
+#   cpu:             a CPU-only engine's bundle
+#   gpu, base pypi:  a CUDA engine's bundle; installing it pip-installs the NVIDIA wheels it declares
+#                    (CUDA runtime, cuBLAS, cuRAND, cuDNN, NCCL) into /opt/venv, and the NVIDIA
+#                    container runtime mounts the driver (NVIDIA_VISIBLE_DEVICES=all asks for it)
 ARG BASE_IMAGE=debian:12
 
 FROM ${BASE_IMAGE} AS install
@@ -28,9 +32,11 @@ RUN update-ca-certificates \
 # The bundle carries every library the engine needs but glibc (vendored, found through $ORIGIN);
 # installing it links pycaffe into /opt/venv. This stage is left behind, the archive with it.
 COPY build/docker-context/engine/ /tmp/engine/
-RUN /opt/venv/bin/caffetool engine.install --prefix /opt/caffe --bundle /tmp/engine/engine.tar.zst
+RUN PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_NO_CACHE_DIR=1 \
+    /opt/venv/bin/caffetool engine.install --prefix /opt/caffe --bundle /tmp/engine/engine.tar.zst
 
 FROM ${BASE_IMAGE} AS runtime
+ARG NVIDIA_VISIBLE_DEVICES=void
 ENV DEBIAN_FRONTEND=noninteractive
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3008
@@ -40,7 +46,9 @@ RUN apt-get update \
     && useradd --create-home --uid 1000 caffetool
 ENV PATH=/opt/venv/bin:${PATH} \
     CAFFE_ROOT=/opt/caffe \
-    MPLCONFIGDIR=/tmp/matplotlib
+    MPLCONFIGDIR=/tmp/matplotlib \
+    NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES} \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 WORKDIR /opt/caffetool
 ENTRYPOINT ["/opt/venv/bin/caffetool"]
 CMD ["--list"]

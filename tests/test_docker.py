@@ -58,13 +58,15 @@ def test_runtime_lib_collector_is_valid_shell():
 
 
 def context(runtimes: str = '{"nvidia":{},"runc":{}}', docker: bool = True, daemon: bool = True,
-            buildx: bool = False) -> MockContext:
+            buildx: bool = False, answers_for: dict[str, Result] | None = None) -> MockContext:
     answers = {
         "command -v docker": Result("/usr/bin/docker\n" if docker else "", exited=0 if docker else 1),
         "docker info --format '{{json .Runtimes}}'": Result(runtimes + "\n", exited=0 if daemon else 1),
         "docker buildx version": Result("github.com/docker/buildx v0.17.1\n" if buildx else "", exited=0 if buildx else 1),
     }
     c = MockContext(config=Config(overrides=TASK_DEFAULTS), run=answers, repeat=True)
+    for pattern, result in (answers_for or {}).items():  # before the catch-all below: the first match answers
+        c.set_result_for("run", re.compile(pattern), result)
     c.set_result_for("run", re.compile(r"docker (build|run|push) .*"), Result(""))
     return c
 
@@ -90,7 +92,8 @@ def test_gpu_build_command(tmp_path, engine, capsys):
         "--build-arg", "VARIANT=gpu", "--build-arg", "CUDA_ARCH=70 75 80 86 89 90",
         "--build-arg", "NCCL_VERSION=2.21.5-1+cuda12.4",
         "--label", f"org.caffetool.engine.recipe={dockerimg.recipe_label()}",
-        "--label", "org.caffetool.variant=gpu", "--tag", "caffetool:gpu-cuda12.4.1-ubuntu22.04", str(PROJECT)]
+        "--label", "org.caffetool.variant=gpu", "--label", "org.caffetool.base=nvidia",
+        "--tag", "caffetool:gpu-cuda12.4.1-ubuntu22.04", str(PROJECT)]
     staged = PROJECT / dockerimg.STAGE / "source"
     assert sorted(p.name for p in staged.iterdir()) == sorted(t.name for t in dockerimg.CAFFE_SOURCE.tarballs)
     assert env_of(c, "build") == {}
@@ -107,7 +110,8 @@ def test_cpu_build_from_a_bundle_with_the_legacy_builder_network_tag_and_push(en
     assert build[:5] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundle.Dockerfile"),
                          "--build-arg"]
     assert build[5:8] == ["BASE_IMAGE=debian:12", "--network", "host"]
-    assert build[-4:] == ["org.caffetool.variant=cpu", "--tag", "me/caffetool:cpu", str(PROJECT)]
+    assert build[-6:] == ["org.caffetool.variant=cpu", "--label", "org.caffetool.base=debian", "--tag",
+                          "me/caffetool:cpu", str(PROJECT)]
     assert "--push" not in build and "--build-context" not in " ".join(build)
     assert push == ["docker", "push", "me/caffetool:cpu"]
     assert env_of(c, "build") == {"DOCKER_BUILDKIT": "0"}
@@ -176,3 +180,69 @@ def test_unknown_variant_or_cuda_is_refused():
                                           r"\(NCCL is pinned per CUDA release\)$"):
         dockerimg.image("gpu", cuda="11.8")
     assert dockerimg.image("CPU").variant == "cpu"
+
+
+def test_gpu_image_from_pypi_builds_from_a_bundle_on_debian():
+    img = dockerimg.image("gpu", base="pypi")
+    assert (img.tag, img.bundled, img.gpu) == ("caffetool:gpu-pypi-debian12", True, True)
+    argv = dockerimg.build_argv(img, PROJECT, network="host")
+    assert argv[:4] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundle.Dockerfile")]
+    assert argv[4:10] == ["--build-arg", "BASE_IMAGE=debian:12", "--build-arg", "NVIDIA_VISIBLE_DEVICES=all",
+                          "--network", "host"]
+    assert argv[-6:] == ["org.caffetool.variant=gpu", "--label", "org.caffetool.base=pypi",
+                         "--tag", "caffetool:gpu-pypi-debian12", str(PROJECT)]
+    assert "ARG NVIDIA_VISIBLE_DEVICES=void" in (PROJECT / img.dockerfile).read_text()
+    with pytest.raises(ConfigError, match="unknown --base 'conda'"):
+        dockerimg.image("gpu", base="conda")
+
+
+def test_gpu_image_from_pypi_refuses_a_cpu_engine_before_bundling(engine, capsys):
+    c = context(runtimes='{"runc":{}}')
+    with pytest.raises(Exception, match=r"is CPU-only, and the gpu image from PyPI needs a CUDA one: build it "
+                                        r"with `caffetool engine.compile-check`"):
+        docker_tasks.build.body(c, variant="gpu", base="pypi", prefix=str(engine.prefix))
+    assert sent(c) == [] and "staged" not in capsys.readouterr().out
+
+
+LDD_GPU = """/opt/caffe/bin/caffe:
+\tlinux-vdso.so.1 (0x00007ffd)
+\tlibcaffe.so.1.0.0 => /opt/caffe/bin/../lib/libcaffe.so.1.0.0 (0x00007f01)
+\tlibcudart.so.13 => /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so.13 (0x00007f02)
+\tlibcuda.so.1 => not found
+/opt/caffe/lib/libcaffe.so:
+\tlibglog.so.1 => /opt/caffe/lib/vendor/libglog.so.1 (0x00007f03)
+\tlibnvidia-ml.so.1 => not found
+"""
+
+
+def test_ldd_misses_only_count_when_the_driver_does_not_provide_them():
+    assert dockerimg.unresolved(LDD_GPU) == []
+    assert dockerimg.unresolved(LDD_GPU + "\tlibcudnn.so.9 => not found\n\tlibcudnn.so.9 => not found\n") == \
+        ["libcudnn.so.9"]
+
+
+def _checked(ldd: Result, version: Result) -> MockContext:
+    return context(runtimes='{"runc":{}}', answers_for={r"docker run .* --entrypoint ldd .*": ldd,
+                                                        r"docker run .* --entrypoint /opt/caffe/bin/caffe .*": version})
+
+
+def test_check_resolves_the_engine_inside_the_image_without_a_gpu(capsys):
+    c = _checked(Result(LDD_GPU), Result("caffe version 1.0.0\n"))
+    docker_tasks.check(c, variant="gpu", base="pypi")
+    ldd, version = sent(c)
+    assert ldd == ["docker", "run", "--rm", "--network", "none", "--entrypoint", "ldd", "caffetool:gpu-pypi-debian12",
+                   "/opt/caffe/bin/caffe", "/opt/caffe/lib/libcaffe.so"]
+    assert version[-2:] == ["caffetool:gpu-pypi-debian12", "--version"]
+    out = capsys.readouterr().out
+    assert "resolve all 5 libraries" in out and "caffe --version: caffe version 1.0.0" in out
+
+
+@pytest.mark.parametrize("ldd,version,message", [
+    (Result(LDD_GPU + "\tlibcublas.so.13 => not found\n"), Result("caffe version 1.0.0\n"),
+     "inside caffetool:gpu-pypi-debian12 the engine cannot find libcublas.so.13; rebuild the image"),
+    (Result(LDD_GPU), Result("", stderr="error while loading shared libraries", exited=127),
+     "`caffe --version` failed inside caffetool:gpu-pypi-debian12: error while loading shared libraries"),
+])
+def test_check_names_what_is_broken(ldd, version, message):
+    with pytest.raises(Exception, match=re.escape(message)):
+        docker_tasks.check.body(_checked(ldd, version), variant="gpu", base="pypi")

@@ -166,3 +166,22 @@ def _healthz(port: int) -> str | None:
             return answer.read().decode()
     except OSError:
         return None
+
+
+def test_gpu_image_from_pypi_links_its_engine(docker_env, capsys):
+    """Debian 12 and NVIDIA's PyPI wheels around the compile-checked CUDA engine: every library the
+    engine loads resolves inside the image, and ``caffe --version`` runs (no GPU here to go further)."""
+    from caffetool.engine.compile_check import check_prefix
+    from caffetool.engine.locate import MANIFEST
+
+    if not (check_prefix() / MANIFEST).is_file():
+        pytest.skip("no CUDA engine at engine.compile-check's prefix (its build takes 10 minutes on 2 cores)")
+    docker_tasks.build(_context(), variant="gpu", base="pypi", network="host")
+    capsys.readouterr()
+    docker_tasks.check(_context(), variant="gpu", base="pypi")
+    out = capsys.readouterr().out
+    assert "caffetool:gpu-pypi-debian12: bin/caffe and lib/libcaffe.so resolve all" in out
+    assert "caffe --version: caffe version 1.0.0" in out
+    labels = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}",
+                             dockerimg.image("gpu", base="pypi").tag], capture_output=True, text=True, check=True).stdout
+    assert '"org.caffetool.base":"pypi"' in labels and '"org.caffetool.variant":"gpu"' in labels

@@ -28,6 +28,11 @@ from caffetool.proc import exit_status, last_lines, run_checked
 CUDA13_ARCH = ("75", "80", "86", "89", "90")
 
 
+def check_prefix() -> Path:
+    """Where the compile-checked CUDA engine is installed (a side prefix, bundled by GPU images from PyPI)."""
+    return config.cache_home() / "engine-cuda-check"
+
+
 @dataclass
 class CheckResult:
     prefix: Path
@@ -42,7 +47,7 @@ def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, 
                   extra_cmake: tuple[str, ...] = (), say: Callable[[str], object] = print) -> CheckResult:
     """Build the CUDA engine into a side prefix; its ``caffe`` must run, and fail to find a GPU."""
     kit = cudakit.assemble(config.cache_home() / "cuda-toolkit-13", config.cache_home() / "cuda-wheels")
-    prefix = config.cache_home() / "engine-cuda-check"
+    prefix = check_prefix()
     options = BuildOptions(cuda=True, cudnn=True, nccl=True, cuda_arch=arch, extra_cmake=(
         f"-DCUDA_TOOLKIT_ROOT_DIR={kit}", f"-DCUDNN_ROOT={kit}",
         f"-DNCCL_INCLUDE_DIR={kit / 'include'}", f"-DNCCL_LIBRARIES={kit / 'lib64' / 'libnccl.so'}",

@@ -15,12 +15,14 @@ from invoke import Collection, Context
 
 from caffetool import dockerimg
 from caffetool.choices import PORT, bounded, shell_words, writable_folder
-from caffetool.errors import SystemDependencyError
+from caffetool.errors import EngineError, SystemDependencyError
 from caffetool.tasks._common import pick, task
 
 PROJECT = Path(__file__).resolve().parents[2]
 IMAGE_HELP = {"variant": "gpu or cpu", "cuda": f"CUDA release: {', '.join(dockerimg.NCCL_FOR_CUDA)}",
-              "ubuntu": f"Ubuntu release of the GPU image: {', '.join(dockerimg.UBUNTU)}", "tag": "image tag"}
+              "ubuntu": f"Ubuntu release of the GPU image: {', '.join(dockerimg.UBUNTU)}", "tag": "image tag",
+              "base": "where the gpu image's CUDA comes from: nvidia (nvidia/cuda images) or pypi (debian:12 "
+                      "and NVIDIA's PyPI wheels, from a CUDA engine's bundle)"}
 
 
 def require_docker(c: Context, gpu: bool) -> None:
@@ -48,21 +50,33 @@ def builder(c: Context) -> tuple[str, dict[str, str]]:
     return dockerimg.LEGACY, {"DOCKER_BUILDKIT": "0"}
 
 
+def _bundled_prefix(c: Context, img: dockerimg.Image, prefix: str | None) -> str | Path | None:
+    """The engine to bundle: --prefix, else the CPU engine (cpu) or the compile-checked CUDA one (gpu, pypi)."""
+    if prefix or not img.gpu:
+        return pick(prefix, c.engine.prefix)
+    from caffetool.engine.compile_check import check_prefix  # noqa: PLC0415
+
+    return check_prefix()
+
+
 @task(help={**IMAGE_HELP, "push": "push the image after building", "source": "folder or URL with the tarballs (gpu)",
-            "prefix": "installed engine to bundle into the cpu image (default: engine.prefix)",
+            "prefix": "installed engine to bundle (default: engine.prefix for cpu, engine.compile-check's "
+                      "CUDA engine for --base pypi)",
             "network": "network for the build's apt and pip (e.g. host, where the daemon has no bridge)"})
 def build(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
           push: bool = False, source: str | None = None, prefix: str | None = None,
-          network: str | None = None) -> None:
-    """Build the gpu image (engine compiled in a build stage) or the cpu image (the host's engine, bundled)."""
-    img = dockerimg.image(variant, cuda, ubuntu, tag)
+          network: str | None = None, base: str = "nvidia") -> None:
+    """Build an image: gpu (engine compiled in an nvidia/cuda build stage) or, from the host's engine
+    bundled, cpu or gpu --base pypi."""
+    img = dockerimg.image(variant, cuda, ubuntu, tag, base)
     require_docker(c, gpu=False)  # building needs no GPU
-    if img.gpu:
+    if img.bundled:
+        r = dockerimg.stage_bundle(PROJECT, img, _bundled_prefix(c, img, prefix), say=lambda _: None)
+        cuda_note = f", CUDA {r.cuda['major']} from PyPI: {' '.join(r.cuda['requirements'])}" if r.cuda else ""
+        print(f"staged the engine bundle {r.path} ({r.size / 2**20:.1f} MiB, {r.seconds:.0f} s{cuda_note})")
+    else:
         staged = dockerimg.stage_source(PROJECT, pick(source, c.engine.source), c.engine.debian_mirror)
         print(f"staged the Caffe source tarballs in {staged}")
-    else:
-        r = dockerimg.stage_bundle(PROJECT, pick(prefix, c.engine.prefix), say=lambda _: None)
-        print(f"staged the engine bundle {r.path} ({r.size / 2**20:.1f} MiB, {r.seconds:.0f} s)")
     if cas := dockerimg.stage_certificates(PROJECT):
         print(f"the build stage trusts this machine's local certificate authorities: {', '.join(cas)}")
     name, env = builder(c)
@@ -72,6 +86,28 @@ def build(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = 
     print(f"built {img.tag} in {time.monotonic() - started:.0f} s with {name}")
     if push:
         _run(c, dockerimg.push_argv(img))
+
+
+@task(help=IMAGE_HELP)
+def check(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
+          base: str = "nvidia") -> None:
+    """Check a built image's engine without a GPU: every library resolves (ldd), `caffe --version` runs."""
+    img = dockerimg.image(variant, cuda, ubuntu, tag, base)
+    require_docker(c, gpu=False)
+    elves = [f"{dockerimg.CONTAINER_ENGINE}/{name}" for name in dockerimg.ENGINE_ELVES]
+    ldd = c.run(shlex.join(dockerimg.probe_argv(img, "ldd", *elves)), hide=True, warn=True)
+    if ldd.failed:
+        raise EngineError(f"ldd of {' '.join(elves)} failed inside {img.tag}: {ldd.stderr.strip() or ldd.stdout.strip()}")
+    if missing := dockerimg.unresolved(ldd.stdout):
+        raise EngineError(f"inside {img.tag} the engine cannot find {', '.join(missing)}; rebuild the image")
+    libraries = {line.split()[0] for line in ldd.stdout.splitlines() if " => " in line}
+    print(f"{img.tag}: {' and '.join(dockerimg.ENGINE_ELVES)} resolve all {len(libraries)} libraries they load "
+          "(ldd; the NVIDIA driver's come from the container runtime)")
+    version = c.run(shlex.join(dockerimg.probe_argv(img, f"{dockerimg.CONTAINER_ENGINE}/bin/caffe", "--version")),
+                    hide=True, warn=True)
+    if version.failed:
+        raise EngineError(f"`caffe --version` failed inside {img.tag}: {version.stderr.strip()[-400:]}")
+    print(f"{img.tag}: caffe --version: {version.stdout.strip()}")
 
 
 def _paths(c: Context, data_dir: str | None, runs_dir: str | None) -> tuple[Path, Path]:
@@ -92,9 +128,9 @@ def _made(*folders: Path) -> None:
             "network": "container network (e.g. none, where the daemon has no bridge)"})
 def train(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
           args: str = "", data_dir: str | None = None, runs_dir: str | None = None,
-          network: str | None = None) -> None:
+          network: str | None = None, base: str = "nvidia") -> None:
     """Train inside the image (`--gpus all`), data and runs mounted, files owned by you."""
-    img = dockerimg.image(variant, cuda, ubuntu, tag)
+    img = dockerimg.image(variant, cuda, ubuntu, tag, base)
     words = shell_words(args, "--args")
     data, runs = _paths(c, data_dir, runs_dir)
     require_docker(c, img.gpu)
@@ -107,9 +143,9 @@ def train(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = 
             "network": "container network; with host the demo listens on the host's 127.0.0.1:PORT itself"})
 def demo(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "22.04", tag: str | None = None,
          run: str | None = None, port: str = "8000", data_dir: str | None = None,
-         runs_dir: str | None = None, network: str | None = None) -> None:
+         runs_dir: str | None = None, network: str | None = None, base: str = "nvidia") -> None:
     """Serve the demo from the image on http://127.0.0.1:PORT/."""
-    img = dockerimg.image(variant, cuda, ubuntu, tag)
+    img = dockerimg.image(variant, cuda, ubuntu, tag, base)
     host_port = bounded(port, "--port", PORT)
     data, runs = _paths(c, data_dir, runs_dir)
     require_docker(c, img.gpu)
@@ -124,4 +160,4 @@ def demo(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "
                                network=network))
 
 
-ns = Collection("docker", build, train, demo)
+ns = Collection("docker", build, check, train, demo)
