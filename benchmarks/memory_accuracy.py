@@ -73,20 +73,22 @@ class Row:
         return self.error is not None and abs(self.error) <= TARGET
 
 
-def run(engine: Any, caffe: Any, case: Case) -> Row:
-    """One case: estimate, measure, and the table's row."""
+def run(engine: Any, caffe: Any, case: Case, threads: int = 1) -> Row:
+    """One case on ``threads`` CPU threads: estimate, measure, and the table's row."""
     net, shape, classes = case.load()
     start = time.perf_counter()
     head = f"{case.name:<13} {case.batch:>5} {case.solver:<6}"
     try:
-        e: int | None = est.estimate(net, est.Options(solver=case.solver, input_shape=shape)).total
+        options = est.Options(solver=case.solver, input_shape=shape, threads=threads, parallel=engine.tuned)
+        e: int | None = est.estimate(net, options).total
         refusal = ""
     except CaffetoolError as error:
         e, refusal = None, f"refused: {error}"
     except Exception as error:  # noqa: BLE001 - an estimator bug is one failing row, not the end of the table
         e, refusal = None, f"estimator failed: {type(error).__name__}: {error}"
     try:
-        got = measure.measure(engine, caffe, net, case.solver, shape or NO_IMAGES, classes)["allocated"]
+        got = measure.measure(engine, caffe, net, case.solver, shape or NO_IMAGES, classes,
+                              threads=threads)["allocated"]
     except CaffetoolError as error:
         return Row(f"{head} {'-':>13} {'-':>13} {'-':>8} {time.perf_counter() - start:>5.0f}  "
                    f"measuring failed: {error}", None)
@@ -114,6 +116,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="each net's first batch size, SGD only")
     parser.add_argument("--only", help="comma-separated net names (default: all)")
+    parser.add_argument("--threads", type=int, default=1, help="the engine's CPU threads (default 1)")
     args = parser.parse_args()
     known = [*CLASSIC, *(net.name for net in memory_nets.NETS)]
     only = set(args.only.split(",")) if args.only else None
@@ -125,7 +128,7 @@ def main() -> int:
     print(f"{'net':<13} {'batch':>5} {'solver':<6} {'estimate MiB':>13} {'measured MiB':>13} {'error':>8} {'secs':>5}")
     rows = []
     for case in cases(caffe, only, args.quick):
-        rows.append(run(engine, caffe, case))
+        rows.append(run(engine, caffe, case, args.threads))
         print(rows[-1].text, flush=True)
     failed = sum(not row.ok for row in rows)
     errors = [abs(row.error) for row in rows if row.error is not None]

@@ -62,6 +62,7 @@ TASK_DEFAULTS: dict[str, dict[str, object]] = {
 }
 
 JOBS = Limit("a number of compile jobs", 1, 4096, kind=int)
+THREADS = Limit("a number of CPU threads", 1, 4096, kind=int)
 # What each setting holds when it is set: text (a folder, a URL) described in words, one of a tuple
 # of names, or a number within a Limit. The same keys as TASK_DEFAULTS.
 SETTINGS: dict[str, dict[str, str | tuple[str, ...] | Limit]] = {

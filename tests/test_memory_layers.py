@@ -264,3 +264,30 @@ def test_data_layers_own_what_caffe_allocates_for_them(caffe):
     assert rows["ImageData"].data_bytes == 4 * (4 * 3 * 10 * 12 + 4) * 4  # four prefetch batches
     assert rows["HDF5Data"].data_bytes == (4 * 3 * 8 * 8 + 4) * 4
     assert e["HDF5Data"].lower_bound and e["HDF5Data"].not_counted == [("data", "the HDF5 file it holds in memory")]
+
+
+# Convolutions of every kind the OpenMP engine treats differently: chunks of images (conv-relu-pool-ip),
+# a bias-free one beside BatchNorm (resnet-block), two side by side (eltwise); grouped and 1x1 kernels go
+# one image at a time with a column buffer per thread; frozen weights need no gradient per thread.
+THREADED = {
+    **{case: CASES[case] for case in ("conv-relu-pool-ip", "resnet-block", "eltwise-prod-max-coeff")},
+    "grouped-and-1x1": IMAGES + conv("grouped", "data", "grouped", extra="group: 2")
+    + conv("one", "grouped", "one", k=1) + classify("one"),
+    "frozen-weights": IMAGES + layer("frozen", "Convolution", ["data"], ["frozen"],
+                                     f"param {{ lr_mult: 0 }} convolution_param {{ num_output: {C} kernel_size: 3 "
+                                     f"pad: 1 {FILLER} }}")
+    + conv("conv", "frozen", "conv") + classify("conv"),
+}
+
+
+@pytest.mark.parametrize("case", THREADED)
+def test_estimate_matches_the_engine_on_two_threads(caffe, engine, case):
+    """Each extra thread's buffers: the estimate follows the engine's own sizing (memory.parallel)."""
+    net = parse(caffe, THREADED[case])
+    e = est.estimate(net, est.Options(threads=2))
+    got = measure.measure(engine, caffe, net, "SGD", (1, 1, 1), 4, threads=2)["allocated"]
+    error = (e.total - got) / got
+    print(f"{case} on 2 threads: estimate {e.total:,} measured {got:,} error {100 * error:+.2f}%")
+    assert abs(error) <= TOLERANCE
+    one = est.estimate(net, est.Options(threads=1)).total
+    assert e.total > one  # the second thread's scratch is counted, not lost in the tolerance

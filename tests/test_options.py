@@ -23,6 +23,8 @@ BAD_NUMBERS = [
     (["train.time", "--top", "0"], "--top must be at least 1, got 0"),
     (["train.resume", "any", "--max-iter", "abc"], "--max-iter 'abc' is not a number"),
     (["train.test", "any", "--iterations", "-1"], "--iterations must be at least 1, got -1"),
+    (["memory.estimate", "--model", "lenet", "--threads", "two"], "--threads 'two' is not a number"),
+    (["train.resume", "any", "--threads", "0"], "--threads must be a number of CPU threads from 1 to 4096, got 0"),
 ]
 
 
@@ -40,6 +42,7 @@ OUT_OF_RANGE = [
     (["--gamma", "-5"], "--gamma must be an lr factor above 0, got -5.0"),
     (["--weight-decay", "-1"], "--weight-decay must be a penalty of 0 or more, got -1.0"),
     (["--test-iter", "0"], "--test-iter must be a number of batches from 1 to 2147483647, got 0"),
+    (["--threads", "5000"], "--threads must be a number of CPU threads from 1 to 4096, got 5000"),
     (["--lr-policy", "step", "--gamma", "0.1", "--stepsize", "0"],
      "--stepsize must be an iteration count from 1 to 2147483647, got 0"),
 ]

@@ -33,7 +33,6 @@ from caffetool.engine.recipe import (
     BUILD_PACKAGES,
     CAFFE_SOURCE,
     PATCH_DIR,
-    PROJECT_PATCHES,
     PYCAFFE_MODULES,
     BuildOptions,
 )
@@ -130,7 +129,7 @@ def _existing(root: Path, options: BuildOptions, force: bool,
         return None
     recorded = [(p.get("name"), p.get("sha256")) for p in engine.manifest.get("patches", [])
                 if p.get("origin") == "caffetool"]
-    if recorded != project_patches():
+    if recorded != project_patches(options):
         say(f"the engine at {root} was built with other caffetool patches; rebuilding it")
         return None
     built = engine.manifest.get("options")
@@ -142,8 +141,8 @@ def _existing(root: Path, options: BuildOptions, force: bool,
     return engine
 
 
-def project_patches() -> list[tuple[str, str]]:
-    return [(name, sha256_file(PATCH_DIR / name)) for name in PROJECT_PATCHES]
+def project_patches(options: BuildOptions = BuildOptions()) -> list[tuple[str, str]]:
+    return [(name, sha256_file(PATCH_DIR / name)) for name in options.patches]
 
 
 def _build(
@@ -156,7 +155,7 @@ def _build(
         origin = source.obtain(CAFFE_SOURCE, cache, source_location, debian_mirror)
     with _timed(timings, "patch"):
         source.unpack(CAFFE_SOURCE, cache, tree)
-        patches = source.apply_patches(tree, log)
+        patches = source.apply_patches(tree, log, options.patches)
     with _timed(timings, "configure"):
         flags = build.configure(tree, build_dir, options, root, log)
     jobs = jobs or os.cpu_count() or 1

@@ -18,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 
 from caffetool import config
+from caffetool.engine import cpu
+from caffetool.engine.recipe import TUNING_PATCHES
 from caffetool.errors import EngineCorrupt, EngineNotFound
 from caffetool.proc import exit_status, last_lines
 
@@ -61,6 +63,12 @@ class EngineInfo:
     @property
     def cpu_only(self) -> bool:
         return bool(self.manifest.get("options", {}).get("cpu_only", True))
+
+    @property
+    def tuned(self) -> bool:
+        """Whether caffetool's tuning patches (the parallel CPU layers) are in this engine; its CPU
+        layers then run on OpenMP threads if it was built with OpenMP (``options.openmp``)."""
+        return any(p.get("name") in TUNING_PATCHES for p in self.manifest.get("patches", []))
 
     def as_json(self) -> dict:
         data = asdict(self)
@@ -150,20 +158,23 @@ def visible_gpus() -> list[str]:
 
 
 def caffe_env(**extra: str) -> dict[str, str]:
-    """Environment for running a Caffe binary whose INFO log lines are read (glog to stderr, no log files)."""
-    return {**os.environ, "GLOG_logtostderr": "1", "GLOG_minloglevel": "0", **extra}
+    """Environment for running a Caffe binary whose INFO log lines are read (glog to stderr, no log
+    files), its BLAS on the kernels this CPU runs best (:mod:`caffetool.engine.cpu`)."""
+    return {**os.environ, **cpu.blas_environment(os.environ), "GLOG_logtostderr": "1", "GLOG_minloglevel": "0",
+            **extra}
 
 
 def import_caffe(info: EngineInfo) -> ModuleType:
     """Import pycaffe from ``info``'s prefix in this process and return the module.
 
-    glog reads its settings from the environment when libcaffe loads, so they are set first:
-    quiet, and to stderr rather than into log files (for ``caffe.init_log`` callers and children).
+    glog and OpenBLAS read their settings from the environment when libcaffe loads, so they are
+    set first: quiet, to stderr rather than into log files (for ``caffe.init_log`` callers and
+    children), and the BLAS kernels this CPU runs best.
     """
     path = str(info.python_path)
     if path not in sys.path:
         sys.path.insert(0, path)
-    for name, value in QUIET_GLOG.items():
+    for name, value in {**QUIET_GLOG, **cpu.blas_environment(os.environ)}.items():
         os.environ.setdefault(name, value)
     import caffe  # noqa: PLC0415 - the engine decides where pycaffe comes from
 

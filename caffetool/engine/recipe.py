@@ -9,6 +9,8 @@ broke after 2021 (see ``patches/``).
 
 from __future__ import annotations
 
+import platform
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,13 +39,18 @@ CAFFE_SOURCE = SourcePackage(
 PATCH_DIR = Path(__file__).with_name("patches")
 
 # caffetool's own patches, applied in this order after Debian's series. Each file's header
-# says what it fixes and why. They touch only code that the chosen options compile, so all
-# are applied to every build and every manifest lists the same series.
-PROJECT_PATCHES: tuple[str, ...] = (
+# says what it fixes and why. The fixes touch only code that the chosen options compile, so all
+# are applied to every build; the tuning patches (OpenMP in the CPU layers) are left out of a
+# --stock build, which is BVLC Caffe as it builds today, the reference that speed is measured against.
+FIX_PATCHES: tuple[str, ...] = (
     "0001-protobuf-3.21-SetTotalBytesLimit.patch",
     "0002-cudnn-8-algorithm-selection.patch",
     "0003-cuda-13-device-query.patch",
 )
+TUNING_PATCHES: tuple[str, ...] = (
+    "0004-openmp-cpu-layers.patch",
+)
+PROJECT_PATCHES: tuple[str, ...] = FIX_PATCHES + TUNING_PATCHES
 
 # Debian/Ubuntu packages needed to fetch, patch and build the engine (CPU or CUDA: CUDA itself
 # comes from the CUDA toolkit, never from here).
@@ -69,7 +76,17 @@ BUILD_PACKAGES: tuple[str, ...] = (
     "libsnappy-dev",
     "libopencv-dev",
     "libopenblas-dev",
+    # OpenBLAS built for OpenMP: called inside the engine's parallel regions it runs on the calling
+    # thread, so layer threads and BLAS threads share the cores instead of oversubscribing them.
+    "libopenblas-openmp-dev",
 )
+
+# Where Debian puts each OpenBLAS build (libopenblas-{openmp,pthread}-dev), by multiarch triplet.
+MULTIARCH = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+OPENBLAS_OPENMP = {
+    "OpenBLAS_LIB": f"/usr/lib/{MULTIARCH}/openblas-openmp/libopenblas.so",
+    "OpenBLAS_INCLUDE_DIR": f"/usr/include/{MULTIARCH}/openblas-openmp",
+}
 
 # Python modules pycaffe imports at `import caffe`, with the PyPI names that provide them.
 PYCAFFE_MODULES: dict[str, str] = {
@@ -90,6 +107,17 @@ class BuildOptions:
     cuda_arch: tuple[str, ...] = ()
     blas: str = "Open"
     extra_cmake: tuple[str, ...] = field(default=())
+    stock: bool = False  # BVLC Caffe without caffetool's tuning: serial layers, threaded OpenBLAS
+
+    @property
+    def patches(self) -> tuple[str, ...]:
+        return FIX_PATCHES if self.stock else PROJECT_PATCHES
+
+    @property
+    def openmp(self) -> bool:
+        """OpenMP layers for CPU builds; CUDA builds keep Caffe's serial CPU code (their CPU mode is
+        for checks, and nvcc's host compiler flags are left as the verified CUDA build has them)."""
+        return not self.stock and not self.cuda
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -98,6 +126,8 @@ class BuildOptions:
             "use_nccl": self.nccl,
             "cuda_arch": list(self.cuda_arch),
             "blas": self.blas,
+            "openmp": self.openmp,
+            "stock": self.stock,
             "extra_cmake": list(self.extra_cmake),
         }
 
@@ -121,7 +151,10 @@ def cmake_flags(options: BuildOptions, python: str, install_prefix: Path) -> lis
         "USE_OPENCV": "ON",
         "BUILD_docs": "OFF",
         "BUILD_matlab": "OFF",
+        "USE_OPENMP": "ON" if options.openmp else "OFF",
     }
+    if options.openmp:
+        flags.update(OPENBLAS_OPENMP)
     if options.cuda:
         # Caffe's Cuda.cmake "Auto"/"All" lists include architectures CUDA 11+ rejects.
         bins = " ".join(options.cuda_arch)

@@ -126,17 +126,16 @@ def unpack(pkg: SourcePackage, cache: Path, dest: Path) -> None:
         tar.extractall(dest, filter="data")
 
 
-def apply_patches(tree: Path, log: Path) -> list[Patch]:
-    """Apply Debian's series, then caffetool's patches; return them in order of application."""
+def apply_patches(tree: Path, log: Path, ours: tuple[str, ...] = PROJECT_PATCHES) -> list[Patch]:
+    """Apply Debian's series, then caffetool's patches ``ours``; return them in order of application."""
     series = tree / "debian" / "patches" / "series"
     debian = [
         tree / "debian" / "patches" / line.split()[0]
         for line in series.read_text().splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
-    ours = [PATCH_DIR / name for name in PROJECT_PATCHES]
     applied = []
-    for path, origin in [(p, "debian") for p in debian] + [(p, "caffetool") for p in ours]:
+    for path, origin in [(p, "debian") for p in debian] + [(PATCH_DIR / name, "caffetool") for name in ours]:
         with open(log, "a") as out:
             out.write(f"$ patch -p1 < {path}\n")
             out.flush()

@@ -37,7 +37,8 @@ from typing import Any
 from caffetool.choices import INT32_MAX, choose
 from caffetool.errors import ConfigError, NetError
 from caffetool.memory import graph as graphs
-from caffetool.memory.info import Shape, count
+from caffetool.memory import parallel
+from caffetool.memory.info import Buffer, Shape, count
 
 HISTORY = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
 # The solver's scratch blobs per parameter (``update_``, ``temp_``), which only the CPU updates touch:
@@ -88,6 +89,11 @@ class Options:
     # A solver's test nets, each with the ``state`` Caffe gives it (all live at once); None: the TEST
     # phase of the net itself, as a solver with ``net`` and one ``test_iter`` builds it.
     test_nets: tuple[Any, ...] | None = field(default=None, repr=False)
+    # The engine: caffetool's tuned one (``parallel``: patch 0004, its CPU layers on ``threads``
+    # OpenMP threads) convolves chunks of images with scratch per thread; a stock one (``--stock``)
+    # keeps BVLC's one column buffer per convolution.
+    parallel: bool = True
+    threads: int = 1
 
     def __post_init__(self) -> None:
         """Names in their canonical spelling (``--type adam`` is Adam), so tables can be indexed by them."""
@@ -289,9 +295,11 @@ def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forw
                 counted_diffs.add(key)
                 row.diff_bytes += ledger.take(count(g.shapes[blob]))
         cudnn = gpu and o.cudnn and node.info.cudnn is not None
-        for buf in node.info.buffers:
+        for buf in _buffers(node, o):
             if cudnn and node.info.cudnn in CUDNN_CONV and buf.name in ("col_buffer", "bias_multiplier"):
                 continue  # cudnn_conv_layer.cu: cuDNN's own kernels, no columns; cudnnAddTensor for the bias
+            if buf.param is not None and node.lr_mults[buf.param] == 0:
+                continue
             if _runs(buf.when, train_net and backward_runs, node.need_backward, gpu, any(node.bottom_need)):
                 row.scratch_bytes += ledger.take(buf.count, buf.itemsize)
         if cudnn:
@@ -303,6 +311,17 @@ def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forw
                 row.scratch_bytes += inner.scratch_bytes
         rows.append(row)
     return rows
+
+
+def _buffers(node: graphs.Node, o: Options) -> list[Buffer]:
+    """The layer's buffers in this engine: a convolution of the OpenMP engine, on the CPU, adds its
+    threads' scratch and may leave ``col_buffer_`` to the GPU code (:mod:`caffetool.memory.parallel`)."""
+    work = node.info.conv_work
+    if not o.parallel or o.mode != "cpu" or work is None:
+        return node.info.buffers
+    extra, chunked = parallel.buffers(work, o.threads)
+    kept = [b for b in node.info.buffers if not (chunked and b.name == "col_buffer")]
+    return kept + [b for b in extra if b.count]
 
 
 def _objects(node: graphs.Node, g: graphs.Graph, train_net: bool, o: Options) -> int:
@@ -378,9 +397,10 @@ def _cudnn_bytes(node: graphs.Node, o: Options) -> int:
 
 
 def per_sample(net: Any, options: Options, text: str | None = None) -> tuple[int, int]:
-    """(fixed, per-sample bytes): memory = fixed + batch x per-sample, from two batch sizes."""
+    """(fixed, per-sample bytes): memory = fixed + batch x per-sample, from batches of 2 and 3 (the
+    OpenMP engine convolves a batch of 1 image by image, of 2 or more in chunks)."""
     from dataclasses import replace  # noqa: PLC0415
 
-    one = estimate(net, replace(options, batch=1), text).total
     two = estimate(net, replace(options, batch=2), text).total
-    return one - (two - one), two - one
+    three = estimate(net, replace(options, batch=3), text).total
+    return two - 2 * (three - two), three - two

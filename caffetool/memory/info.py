@@ -29,6 +29,7 @@ class Buffer:
     count: int
     when: str  # SETUP, FORWARD, BACKWARD, PROPAGATE; "gpu-"/"cpu-" first: only that device's code
     itemsize: int = FLOAT
+    param: int | None = None  # exists only while this parameter learns (``lr_mult`` != 0)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class LayerInfo:
     cudnn: str | None = None
     forward_diff: tuple[int, ...] = ()  # bottoms whose gradient blob the forward pass uses as scratch
     gpu_forward_diff: tuple[int, ...] = ()  # the same, only in ``Forward_gpu``
+    conv_work: Any = None  # a convolution's sizes for the OpenMP engine's scratch (memory.parallel)
 
 
 INSIDE = -1

@@ -25,6 +25,7 @@ import numpy as np
 
 from caffetool.data import db
 from caffetool.engine import EngineInfo
+from caffetool.engine import threads as cpu_threads
 from caffetool.errors import RunError
 from caffetool.memory import gpumeasure
 from caffetool.proc import last_lines
@@ -77,19 +78,20 @@ def make_lmdb(path: Path, records: int, shape: tuple[int, int, int], classes: in
 
 
 def measure(engine: EngineInfo, caffe: Any, net: Any, solver_type: str, input_shape: tuple[int, int, int],
-            classes: int, mode: str = "cpu", device: int = 0) -> dict:
+            classes: int, mode: str = "cpu", device: int = 0, threads: int = 1) -> dict:
     """Bytes the engine allocates for ``net`` (a train/test NetParameter) with ``solver_type``.
 
-    ``mode`` is ``cpu`` (malloc's count in pycaffe) or ``gpu`` (NVML, on GPU ``device``).
+    ``mode`` is ``cpu`` (malloc's count in pycaffe, the engine on ``threads`` CPU threads) or ``gpu``
+    (NVML, on GPU ``device``).
     """
     with tempfile.TemporaryDirectory(prefix="caffetool-measure-") as tmp:
         folder = Path(tmp)
         prepare(folder, caffe, net, solver_type, input_shape, classes, mode)
-        return _measure_folder(engine, folder, mode, device)
+        return _measure_folder(engine, folder, mode, device, threads)
 
 
 def measure_project(engine: EngineInfo, caffe: Any, loaded: Any, solver_type: str, mode: str = "cpu",
-                    device: int = 0) -> dict:
+                    device: int = 0, threads: int = 1) -> dict:
     """Bytes the engine allocates for a user's own solver (a :class:`caffetool.train.project.Project`,
     its data as it names it): built, every test net tested once, one step, with ``solver_type``."""
     from caffetool.train import project  # noqa: PLC0415 - only --solver measures a project
@@ -104,15 +106,16 @@ def measure_project(engine: EngineInfo, caffe: Any, loaded: Any, solver_type: st
     with tempfile.TemporaryDirectory(prefix="caffetool-measure-") as tmp:
         folder = Path(tmp)
         project.write(loaded, folder, pb)
-        return _measure_folder(engine, folder, mode, device)
+        return _measure_folder(engine, folder, mode, device, threads)
 
 
-def _measure_folder(engine: EngineInfo, folder: Path, mode: str, device: int) -> dict:
-    """What the engine allocates for ``folder/solver.prototxt``: malloc's count in pycaffe (CPU), or
-    NVML's on GPU ``device``."""
+def _measure_folder(engine: EngineInfo, folder: Path, mode: str, device: int, threads: int = 1) -> dict:
+    """What the engine allocates for ``folder/solver.prototxt``: malloc's count in pycaffe (CPU, on
+    ``threads`` threads), or NVML's on GPU ``device``."""
     if mode == "gpu":
         return gpumeasure.measure(engine.caffe, folder, device)
-    env = {**os.environ, "GLOG_minloglevel": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+    env = {**os.environ, **{name: str(threads) for name in cpu_threads.VARIABLES},
+           "GLOG_minloglevel": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
            "PYTHONPATH": os.pathsep.join([str(engine.python_path), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", CHILD, "solver.prototxt"], cwd=folder, env=env,
                           capture_output=True, text=True)

@@ -73,8 +73,9 @@ def _totals(e: Estimate, fixed: int, per_sample: int) -> list[str]:
     if e.host_pinned:
         lines.append(f"  {'pinned host':<14} {mib(e.host_pinned):>12} MiB (prefetch batches, not on the device)")
     total = f"at least {mib(e.total)}" if e.lower_bound else mib(e.total)
-    lines.append(f"  {'total':<14} {total:>12} MiB  = {mib(fixed)} MiB fixed + batch x "
-                 f"{mib(per_sample)} MiB per sample")
+    lines.append(f"  {'total':<14} {total:>12} MiB  (by batch: {mib(fixed)} MiB fixed + batch x "
+                 f"{mib(per_sample)} MiB per sample; at most that on the OpenMP engine's CPU, whose "
+                 "convolution scratch stops growing at 8 MiB a thread)")
     lines.append(f"(estimated in {e.seconds * 1e3:.1f} ms)")
     return lines
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from caffetool.memory.info import (BACKWARD, FORWARD, INT, PROPAGATE, SETUP, Buffer, LayerInfo, Shape, axis_index,
                                    count, field_or)
+from caffetool.memory.parallel import ConvWork
 
 
 def _pair(values: Sequence[int], single: tuple[int, int] | None, default: int) -> tuple[int, int]:
@@ -41,7 +42,7 @@ def _is_1x1(kernel: tuple[int, int], stride: tuple[int, int], pad: tuple[int, in
 
 def convolution(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     """base_conv_layer.cpp: ``col_buffer_`` (one image's columns, first used in forward) and
-    ``bias_multiplier_`` (set in Reshape). conv_layer.cpp:50 (``Backward_cpu``) takes every bottom's
+    ``bias_multiplier_`` (set in Reshape); the OpenMP engine's own scratch is in :mod:`.parallel`. conv_layer.cpp:50 (``Backward_cpu``) takes every bottom's
     ``mutable_cpu_diff()`` before it checks ``propagate_down``, so even the input's gradient exists.
     A 1x1 convolution needs no columns, yet base_conv_layer.cpp:286 (``backward_cpu_gemm``) takes
     ``col_buffer_`` before it checks ``is_1x1_``: the buffer appears once the gradient is
@@ -81,9 +82,14 @@ def _conv(layer: Any, bottoms: list[Shape], transposed: bool) -> LayerInfo:
     buffers = [Buffer("col_buffer", col, PROPAGATE if one and not transposed else FORWARD)]
     if p.bias_term:
         buffers.append(Buffer("bias_multiplier", tops[0][2] * tops[0][3], SETUP))
+    work = None
+    if not transposed:  # the OpenMP engine's convolution scratch (memory.parallel)
+        spatial = tops[0][2] * tops[0][3]
+        work = ConvWork(batch=bottoms[0][0], col=col, top=out * spatial, weights=count(weights),
+                        chunkable=not one and group == 1, one_by_one=one)
     engine = "CuDNNDeconvolution" if transposed else "CuDNNConvolution"
     cudnn = engine if p.engine != 1 and (dh, dw) == (1, 1) else None  # layer_factory.cpp: no dilation in cuDNN
-    return LayerInfo(tops, params, macc, buffers, group=group, bottom_diff="always", cudnn=cudnn)
+    return LayerInfo(tops, params, macc, buffers, group=group, bottom_diff="always", cudnn=cudnn, conv_work=work)
 
 
 def pool_output(size: int, kernel: int, stride: int, pad: int, ceil: bool) -> int:

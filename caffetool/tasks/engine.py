@@ -31,12 +31,13 @@ from caffetool.tasks._common import pick, task
         "force": "rebuild even if an install is present",
         "bundle": "install this engine bundle (file or URL, from `engine.bundle`) instead of building",
         "sha256": "the bundle's sha256 (default: read from BUNDLE.sha256 beside it)",
+        "stock": "BVLC Caffe without caffetool's tuning (serial CPU layers), e.g. in a side --prefix to compare speed",
     },
 )
 def install(c: Context, prefix: str | None = None, source: str | None = None, debian_mirror: str | None = None,
             cuda: bool = False, cudnn: bool = False, nccl: bool = False, cuda_arch: str = "",
             cmake_arg: list[str] | None = None, jobs: str | None = None, force: bool = False,
-            bundle: str | None = None, sha256: str | None = None) -> None:
+            bundle: str | None = None, sha256: str | None = None, stock: bool = False) -> None:
     """Build BVLC Caffe from Debian's pinned source and install it (idempotent), or install a bundle."""
     workers = bounded(pick(jobs, c.engine.jobs), "--jobs", config.JOBS)
     writable_folder(config.engine_prefix(pick(prefix, c.engine.prefix)), "--prefix", "engine.prefix")
@@ -55,6 +56,7 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
         cuda=cuda, cudnn=cudnn, nccl=nccl,
         cuda_arch=tuple(cuda_arch.split()) if cuda else (),
         extra_cmake=tuple(cmake_arg or ()),
+        stock=stock,
     )
     result = engine_install.install(
         prefix=pick(prefix, c.engine.prefix),

@@ -7,8 +7,10 @@ from typing import Any
 
 from invoke import Collection, Context
 
-from caffetool.choices import count, number, output_file
+from caffetool import config
+from caffetool.choices import bounded, count, number, output_file
 from caffetool.engine import import_caffe, locate
+from caffetool.engine import threads as cpu_threads
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
 from caffetool.memory import gpus, nets, table
@@ -24,21 +26,28 @@ NET_HELP = {
     "input_shape": "C,H,W of the images a Data layer reads (needed with --net)",
     "cudnn": "GPU mode: cuDNN convolutions (workspace instead of im2col)",
     "no_test_net": "training: leave out the solver's TEST net",
+    "threads": "CPU mode: the engine's threads (default: as `caffetool train` runs it; each thread of the "
+               "OpenMP engine keeps its own convolution buffers)",
 }
 
 
 def _load(c: Context, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
           solver_type: str | None, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
-          test_net: bool = True, solver: str | None = None) -> tuple[Any, nets.NetSource, est.Options]:
+          test_net: bool = True, solver: str | None = None,
+          threads: str | None = None) -> tuple[Any, nets.NetSource, est.Options]:
     """The net and the estimator's options from the flags, which win over a solver file's settings;
     numbers are checked before Caffe is loaded."""
     batch, accumulate = count(batch_size, "--batch-size"), count(iter_size, "--iter-size")
+    wanted = bounded(threads, "--threads", config.THREADS)
     engine = locate(c.engine.prefix, probe=False)
+    built = engine.manifest.get("options", {})
+    workers = cpu_threads.of_engine(built, wanted) if mode == "cpu" else 1
     caffe = import_caffe(engine)
     source = nets.load(caffe, model, net, input_shape, c.model.dir, batch, solver_file=solver, engine=engine)
     options = est.Options(phase=phase, mode=mode, solver=solver_type or source.solver_type or "SGD", dtype=dtype,
                           batch=batch, iter_size=accumulate or source.iter_size or 1, cudnn=cudnn,
-                          input_shape=source.input_shape, test_net=test_net, test_nets=source.test_nets)
+                          input_shape=source.input_shape, test_net=test_net, test_nets=source.test_nets,
+                          parallel=engine.tuned, threads=workers)
     return caffe, source, options
 
 
@@ -51,11 +60,12 @@ def without(*drop: str) -> dict[str, str]:
 def estimate(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
              type: str | None = None, phase: str = "train", mode: str = "cpu", dtype: str = "fp32",
              iter_size: str | None = None, input_shape: str | None = None, cudnn: bool = False,
-             no_test_net: bool = False, json_: bool = False, plot: str | None = None, solver: str | None = None) -> None:
+             no_test_net: bool = False, json_: bool = False, plot: str | None = None, solver: str | None = None,
+             threads: str | None = None) -> None:
     """Per-layer memory and compute of a net, by Caffe's own allocation rules (no Caffe run)."""
     picture = output_file(plot, "--plot") if plot else None
     _, source, options = _load(c, model, net, input_shape, batch_size, type, phase, mode, dtype, iter_size,
-                               cudnn, not no_test_net, solver)
+                               cudnn, not no_test_net, solver, threads)
     e = est.estimate(source.net, options, source.text, source.origin)
     fixed, per = est.per_sample(source.net, options, source.text)
     if json_:
@@ -68,7 +78,7 @@ def estimate(c: Context, model: str | None = None, net: str | None = None, batch
         print(f"plot: {plot_layers(e, picture, source.name)}")
 
 
-@task(help={**without("phase", "mode"), "gpu_memory": "card memory, e.g. 12GiB", "gpu": f"a card: {', '.join(gpus.GPUS)}",
+@task(help={**without("phase", "mode", "threads"), "gpu_memory": "card memory, e.g. 12GiB", "gpu": f"a card: {', '.join(gpus.GPUS)}",
             "reserve": "memory kept free for the CUDA context and fragmentation"})
 def fit(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
         type: str | None = None, dtype: str = "fp32", iter_size: str | None = None, input_shape: str | None = None,
@@ -93,7 +103,7 @@ def fit(c: Context, model: str | None = None, net: str | None = None, batch_size
             "device": "with --mode gpu: the GPU to measure on, by id (default 0)"})
 def measure(c: Context, model: str | None = None, net: str | None = None, batch_size: str | None = None,
             type: str | None = None, mode: str = "cpu", input_shape: str | None = None,
-            classes: str | None = None, device: str = "0", solver: str | None = None) -> None:
+            classes: str | None = None, device: str = "0", solver: str | None = None, threads: str | None = None) -> None:
     """Measure what the real engine allocates (solver, one test pass, one step) next to the estimate."""
     # A --solver is measured on its own data; --model and --net on random images of their input shape.
     from caffetool.memory import measure as measuring  # noqa: PLC0415
@@ -102,13 +112,14 @@ def measure(c: Context, model: str | None = None, net: str | None = None, batch_
     gpu_id = number(device, "--device", int, minimum=0, maximum=63)
     engine = locate(c.engine.prefix, probe=False)
     caffe, source, options = _load(c, model, net, input_shape, batch_size, type, "train", mode, "fp32", None, False,
-                                   solver=solver)
+                                   solver=solver, threads=threads)
     e = est.estimate(source.net, options, source.text, source.origin)
     if source.project is not None:  # the user's own data, as the solver names it
-        got = measuring.measure_project(engine, caffe, source.project, options.solver, options.mode, gpu_id)
+        got = measuring.measure_project(engine, caffe, source.project, options.solver, options.mode, gpu_id,
+                                        options.threads)
     else:
         got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
-                                labels or source.num_classes or 10, options.mode, gpu_id)
+                                labels or source.num_classes or 10, options.mode, gpu_id, options.threads)
     print("\n".join(table.measure_lines(source.name, e, got)))
 
 

@@ -8,8 +8,10 @@ from typing import Any
 
 from invoke import Collection, Exit
 
-from caffetool.choices import count, input_file, writable_folder
+from caffetool import config
+from caffetool.choices import bounded, count, input_file, writable_folder
 from caffetool.engine import import_caffe, locate
+from caffetool.engine import threads as cpu_threads
 from caffetool.errors import ConfigError
 from caffetool.nets import build, model as models, prototxt
 from caffetool.nets.solver import SolverOptions
@@ -17,6 +19,9 @@ from caffetool.train import caffe_commands, devices, evaluate, metrics_io, owner
 from caffetool.train.logparse import parse_file
 from caffetool.tasks._common import pick, task
 from caffetool.tasks.model import SOLVER_HELP, solver_flags
+
+THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_THREADS if set, else every core "
+                "this process may use)")
 
 
 @task(default=True, iterable=["stepvalue"], help={
@@ -27,6 +32,7 @@ from caffetool.tasks.model import SOLVER_HELP, solver_flags
     "solver": "your own solver.prototxt, paths in it relative to here (as `caffe train -solver`)",
     "labels": "labels.txt for the run (one class name a line)",
     "deploy": "deploy net for --solver (default: derived from a classifier's train net)",
+    "threads": THREADS_HELP,
     **{k: v for k, v in SOLVER_HELP.items() if k != "mode"},
 })
 def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "auto", name: str | None = None,
@@ -38,9 +44,10 @@ def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "au
         iter_size: str | None = None, random_seed: str | None = None, test_iter: str | None = None,
         test_interval: str | None = None, snapshot: str | None = None, display: str | None = None,
         data_dir: str | None = None, runs_dir: str | None = None, solver: str | None = None,
-        labels: str | None = None, deploy: str | None = None) -> None:
+        labels: str | None = None, deploy: str | None = None, threads: str | None = None) -> None:
     """Train with the real `caffe train`: live progress, full run record, curves."""
     options = SolverOptions.from_flags(**solver_flags(locals()))
+    cpu_threads.apply(bounded(threads, "--threads", config.THREADS))
     request = session.TrainRequest(
         model=model, dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
         weights=weights, batch=count(batch_size, "--batch-size"),
@@ -72,10 +79,12 @@ def finish(result: session.TrainResult) -> None:
 
 
 @task(help={"run": "run name or directory", "max_iter": "train up to this iteration instead",
-            "runs_dir": "where runs are"})
-def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None = None) -> None:
+            "runs_dir": "where runs are", "threads": THREADS_HELP})
+def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None = None,
+           threads: str | None = None) -> None:
     """Continue a run from its newest complete snapshot."""
     iterations = count(max_iter, "--max-iter")
+    cpu_threads.apply(bounded(threads, "--threads", config.THREADS))
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
     result = session.resume(locate(c.engine.prefix, probe=False, gpus=True), run_dir, iterations)
     finish(result)

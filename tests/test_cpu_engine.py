@@ -1,0 +1,199 @@
+"""The engine's parallel CPU layers (engine patch 0004) and how caffetool runs them.
+
+Convolutions split the batch over OpenMP threads and multiply chunks of images at once, pooling and
+the element-wise layers run over threads: the results must be the arithmetic of BVLC Caffe's serial
+code for any thread count. Checked through pycaffe on the real engine, in child processes run with
+1 and with 2 threads (OMP_NUM_THREADS is read when the engine loads), against numpy's own
+convolution and against each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+
+from caffetool.engine import cpu
+from caffetool.engine import threads as cpu_threads
+
+# An odd batch (uneven shares), a chunked 3x3 convolution, a grouped one and a 1x1 one (one image at
+# a time), max and average pooling, ReLU, a two-input Eltwise.
+NET = """
+force_backward: true
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 5 dim: 4 dim: 9 dim: 9 } } }
+layer { name: "c3" type: "Convolution" bottom: "data" top: "c3"
+        convolution_param { num_output: 6 kernel_size: 3 pad: 1 } }
+layer { name: "grouped" type: "Convolution" bottom: "data" top: "grouped"
+        convolution_param { num_output: 4 kernel_size: 3 group: 2 } }
+layer { name: "one" type: "Convolution" bottom: "data" top: "one" convolution_param { num_output: 3 kernel_size: 1 } }
+layer { name: "maxpool" type: "Pooling" bottom: "c3" top: "maxpool" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "avepool" type: "Pooling" bottom: "c3" top: "avepool" pooling_param { pool: AVE kernel_size: 2 stride: 2 } }
+layer { name: "relu" type: "ReLU" bottom: "grouped" top: "relu" }
+layer { name: "sum" type: "Eltwise" bottom: "relu" bottom: "grouped" top: "sum" eltwise_param { operation: MAX } }
+"""
+CONVS = {"c3": (1, 1), "grouped": (0, 2), "one": (0, 1)}  # pad, group
+OUTPUTS = ("one", "maxpool", "avepool", "sum")
+
+CHILD = r"""
+import json, sys
+import numpy as np
+import caffe
+folder = sys.argv[1]
+caffe.set_mode_cpu()
+net = caffe.Net(folder + "/net.prototxt", caffe.TEST)
+rng = np.random.default_rng(7)
+net.blobs["data"].data[...] = rng.standard_normal(net.blobs["data"].data.shape)
+for name in ("c3", "grouped", "one"):
+    for blob in net.params[name]:
+        blob.data[...] = rng.standard_normal(blob.data.shape)
+net.forward()
+diffs = {top: rng.standard_normal(net.blobs[top].data.shape) for top in ("one", "maxpool", "avepool", "sum")}
+net.backward(**diffs)
+out = {f"blob_{k}": v.data.copy() for k, v in net.blobs.items()}
+out.update({f"diff_{k}": v.diff.copy() for k, v in net.blobs.items()})
+for name in ("c3", "grouped", "one"):
+    out[f"w_{name}"], out[f"b_{name}"] = (b.data.copy() for b in net.params[name])
+    out[f"dw_{name}"], out[f"db_{name}"] = (b.diff.copy() for b in net.params[name])
+np.savez(folder + "/out.npz", **out)
+"""
+
+
+def _run(engine, tmp_path, threads: int) -> dict[str, np.ndarray]:
+    folder = tmp_path / f"threads{threads}"
+    folder.mkdir()
+    (folder / "net.prototxt").write_text(NET)
+    env = {**os.environ, **{name: str(threads) for name in cpu_threads.VARIABLES}, "GLOG_minloglevel": "2",
+           "PYTHONPATH": str(engine.python_path)}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(folder)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(np.load(folder / "out.npz"))
+
+
+def _conv(x, w, b, pad, group):
+    """Caffe's convolution (cross-correlation, stride 1) in float64."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kh, kw = w.shape[2:]
+    windows = sliding_window_view(xp, (kh, kw), axis=(2, 3))  # n, c, oh, ow, kh, kw
+    cin, cout = x.shape[1] // group, w.shape[0] // group
+    parts = [np.einsum("ncyxij,mcij->nmyx", windows[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout])
+             for g in range(group)]
+    return np.concatenate(parts, axis=1) + b[None, :, None, None]
+
+
+def _conv_grads(x, w, dy, pad, group):
+    """The weight and input gradients of ``_conv`` for the output gradient ``dy``."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kh, kw = w.shape[2:]
+    windows = sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    cin, cout = x.shape[1] // group, w.shape[0] // group
+    dw = np.concatenate([np.einsum("nmyx,ncyxij->mcij", dy[:, g * cout:(g + 1) * cout],
+                                   windows[:, g * cin:(g + 1) * cin]) for g in range(group)])
+    dxp = np.zeros_like(xp)
+    oh, ow = dy.shape[2:]
+    for g in range(group):
+        contrib = np.einsum("nmyx,mcij->ncyxij", dy[:, g * cout:(g + 1) * cout], w[g * cout:(g + 1) * cout])
+        for i in range(kh):
+            for j in range(kw):
+                dxp[:, g * cin:(g + 1) * cin, i:i + oh, j:j + ow] += contrib[..., i, j]
+    return dw, dxp[:, :, pad:pad + x.shape[2], pad:pad + x.shape[3]]
+
+
+@pytest.fixture(scope="module")
+def results(engine, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("parallel-layers")
+    return {threads: _run(engine, folder, threads) for threads in (1, 2)}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_convolutions_compute_what_numpy_computes(results, threads):
+    r = {k: v.astype(np.float64) for k, v in results[threads].items()}
+    x = r["blob_data"]
+    for name, (pad, group) in CONVS.items():
+        expected = _conv(x, r[f"w_{name}"], r[f"b_{name}"], pad, group)
+        np.testing.assert_allclose(r[f"blob_{name}"], expected, rtol=1e-4, atol=1e-4, err_msg=name)
+        dw, _ = _conv_grads(x, r[f"w_{name}"], r[f"diff_{name}"], pad, group)
+        np.testing.assert_allclose(r[f"dw_{name}"], dw, rtol=1e-4, atol=1e-3, err_msg=name)
+        np.testing.assert_allclose(r[f"db_{name}"], r[f"diff_{name}"].sum(axis=(0, 2, 3)), rtol=1e-4, atol=1e-3)
+    # the input gradient sums what the three convolutions send back
+    dx = sum(_conv_grads(x, r[f"w_{n}"], r[f"diff_{n}"], pad, group)[1] for n, (pad, group) in CONVS.items())
+    np.testing.assert_allclose(r["diff_data"], dx, rtol=1e-4, atol=1e-3)
+
+
+def test_two_threads_give_one_threads_results(results):
+    """Sums over images split between threads (and chunks of other sizes): equal up to rounding."""
+    one, two = results[1], results[2]
+    assert one.keys() == two.keys()
+    for key in one:
+        np.testing.assert_allclose(one[key], two[key], rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pooling_and_element_wise_layers_compute_caffes_arithmetic(results, threads):
+    r = results[threads]
+    c3 = r["blob_c3"]
+    windows = sliding_window_view(c3, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    np.testing.assert_array_equal(r["blob_maxpool"], windows.max(axis=(4, 5)))  # a maximum is exact
+    padded = np.pad(c3.astype(np.float64), ((0, 0), (0, 0), (0, 1), (0, 1)))  # 9 -> 5 windows: the last is cut
+    valid = np.pad(np.ones(c3.shape[2:]), ((0, 1), (0, 1)))
+    sums = sliding_window_view(padded, (2, 2), axis=(2, 3))[:, :, ::2, ::2].sum(axis=(4, 5))
+    counts = sliding_window_view(valid, (2, 2))[::2, ::2].sum(axis=(2, 3))
+    np.testing.assert_allclose(r["blob_avepool"], sums / counts, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(r["blob_relu"], np.maximum(r["blob_grouped"], 0))
+    np.testing.assert_array_equal(r["blob_sum"], np.maximum(r["blob_relu"], r["blob_grouped"]))
+
+
+def test_blas_kernels_follow_the_cpus_instruction_sets(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\n")
+    assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "SkylakeX"}
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "Haswell"}
+    assert cpu.blas_environment({"OPENBLAS_CORETYPE": "Zen"}, info) == {}  # the user's choice wins
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 sse4_2\n")
+    assert cpu.blas_environment({}, info) == {}
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm\n")  # aarch64: OpenBLAS knows its cores
+    assert cpu.blas_environment({}, info) == {}
+    assert cpu.blas_environment({}, tmp_path / "missing") == {}
+
+
+def test_the_engine_runs_the_kernels_chosen_for_this_cpu(engine):
+    from caffetool.engine.locate import caffe_env
+
+    chosen = cpu.openblas_kernel(cpu.flags())
+    if chosen is None:
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: OpenBLAS's own choice stands")
+    done = subprocess.run([str(engine.caffe), "--version"], env={**caffe_env(), "OPENBLAS_VERBOSE": "2"},
+                          capture_output=True, text=True)
+    assert done.returncode == 0
+    assert f"Core: {chosen}" in done.stdout + done.stderr
+
+
+def test_thread_counts_come_from_the_flag_then_the_environment_then_the_cores():
+    env: dict[str, str] = {}
+    assert cpu_threads.apply(3, env) == 3 and all(env[name] == "3" for name in cpu_threads.VARIABLES)
+    env = {"OMP_NUM_THREADS": "5"}
+    assert cpu_threads.apply(None, env) == 5 and env["OPENBLAS_NUM_THREADS"] == "5"  # a sweep trial's setting
+    env = {"OMP_NUM_THREADS": "junk"}
+    assert cpu_threads.apply(None, env) == len(os.sched_getaffinity(0))
+    assert cpu_threads.of_engine({"openmp": False}, 8) == 1  # a stock engine's layers are serial
+    assert cpu_threads.of_engine({"openmp": True}, None, {}) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("flag,expected", [(["--threads", "1"], "1"), ([], None)])
+def test_train_runs_on_the_threads_asked_for_and_records_them(fashion_data, tmp_path, flag, expected):
+    from .test_tasks_engine import invoke
+
+    runs = tmp_path / "runs"
+    env = {name: "" for name in cpu_threads.VARIABLES}  # nothing inherited: the default is every core
+    done = invoke("train", "--dataset", "fashion-mnist", "--data-dir", str(fashion_data.path.parent), "--runs-dir",
+                  str(runs), "--name", "t", "--max-iter", "20", "--test-interval", "20", "--test-iter", "2", *flag,
+                  env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    recorded = json.loads((runs / "t" / "manifest.json").read_text())["threads"]
+    wanted = expected or str(len(os.sched_getaffinity(0)))
+    assert all(recorded[name] == wanted for name in cpu_threads.VARIABLES), recorded
