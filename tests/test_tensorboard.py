@@ -38,7 +38,7 @@ def autoencoder(engine, caffe, fashion_data, tmp_path_factory) -> Metrics:
 
 def test_a_training_writes_every_figure_for_tensorboard(engine, fashion_data, tmp_path):
     request = session.TrainRequest(data_dir=fashion_data.path.parent, runs_dir=tmp_path, name="tb",
-                                   options=SolverOptions(max_iter=60, test_interval=40, test_iter=5, display=10))
+                                   options=SolverOptions(max_iter=60, test_interval=40, test_iter=100, display=10))
     result = session.train(engine, request, say=lambda _: None, progress=False)
     assert result.outcome.status == "finished", result.outcome.message
     events = read(result.run_dir / tensorboard.FOLDER)
