@@ -42,6 +42,7 @@ from ray import tune
 
 from caffetool.data import lookup
 from caffetool.engine import locate
+from caffetool.engine import threads as cpu_threads
 from caffetool.errors import CaffetoolError, RunError
 from caffetool.sweep import space as spaces
 from caffetool.train import rundir, session
@@ -52,7 +53,6 @@ STEP_WAIT = 5.0  # seconds a step waits for a new row before returning an empty 
 STOP_WAIT = 120.0  # seconds cleanup waits for Caffe's snapshot and the run's record
 NAMESPACE = "caffetool"
 ITERATIONS = "iterations"  # the scheduler's time: Caffe's iteration of the row
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass
@@ -113,7 +113,7 @@ class CaffeTrial(tune.Trainable):
     def setup(self, config: dict[str, Any], spec: dict[str, Any] | None = None) -> None:
         self.spec = TrialSpec(**(spec or {}))
         self.metric = spaces.parse_metric(self.spec.metric)
-        for name in THREAD_VARIABLES:
+        for name in cpu_threads.VARIABLES:
             os.environ[name] = str(max(1, int(self.spec.cpus)))
         self._start(config)
 

@@ -29,13 +29,16 @@ import caffetool
 from caffetool import fsio
 from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, import_caffe
+from caffetool.engine import threads as cpu_threads
+from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffeRefused, ConfigError, RunError
 from caffetool.nets import generate, model as models, prototxt, solver as solvers
 from caffetool.train import (devices, evaluate, metrics_io, owner, project, rundir, runner,
                              snapshots, tensorboard)
 from caffetool.train.logparse import LogParser, Metrics, parse_file
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
+# What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
+THREAD_VARIABLES = (*cpu_threads.VARIABLES, "OPENBLAS_CORETYPE")
 
 
 @dataclass
@@ -348,7 +351,7 @@ def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dat
         "device": {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag},
         "engine": {"prefix": str(engine.prefix), "manifest": engine.manifest},
         "host": _host(engine),
-        "threads": {k: os.environ.get(k) for k in THREAD_VARIABLES},
+        "threads": {k: caffe_env().get(k) for k in THREAD_VARIABLES},
         "caffetool": {"version": caffetool.__version__, "git_commit": _git_commit()},
         "started_at": started,
     }
