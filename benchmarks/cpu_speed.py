@@ -1,6 +1,6 @@
 """CPU training speed: the stock Caffe engine, the tuned engine and PyTorch on Caffe's LeNet recipe.
 
-All three train the same LeNet (BVLC examples/mnist/lenet_train_test.prototxt, batch 64, SGD with
+All of them train the same LeNet (BVLC examples/mnist/lenet_train_test.prototxt, batch 64, SGD with
 lenet_solver.prototxt's momentum, weight decay and ``inv`` policy, ``random_seed: 1``) on the
 Fashion-MNIST training set, on the CPU, alternating stock → tuned → PyTorch for several rounds in
 one session. The Caffe nets and databases are caffetool's own (``model.generate`` of the ``lenet``
@@ -12,14 +12,20 @@ Speed is iterations/s between the solver's ``Iteration 100`` display line and it
 left out; PyTorch times the same span after 100 warm-up iterations. The whole process's wall time
 is shown beside it. No test phase runs and no snapshot is written during training.
 
-Threads: ``--threads N`` sets OMP_NUM_THREADS and OPENBLAS_NUM_THREADS for the tuned engine and
-``torch.set_num_threads(N)`` for PyTorch; the stock engine runs with both variables removed, i.e.
-its BLAS's own default (OpenBLAS: one thread per core). Goal: tuned ≥ PyTorch and tuned ≥ 1.6 x stock
-(medians). ``--time-layers`` adds ``caffe time`` per layer for LeNet b64 and CaffeNet b32 (deploy
-nets with ``force_backward``, so no database is needed) on both engines.
+The BLAS choice: "tuned" is caffetool's engine on its default BLAS; where a tuned engine on the other
+BLAS is installed (``--other PREFIX``, default ~/.cache/caffetool/engine-openblas for an MKL default,
+engine-mkl for an OpenBLAS one, made by ``engine.install --blas NAME --prefix PREFIX``), it runs too,
+as "tuned+openblas" or "tuned+mkl"; its ratio to "tuned" says which BLAS is faster on this machine.
 
-    .venv/bin/python benchmarks/cpu_speed.py [--stock PREFIX] [--tuned PREFIX] [--iters 1000]
-        [--rounds 3] [--threads N] [--json FILE] [--time-layers]
+Threads: ``--threads N`` sets caffetool's thread variables (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS,
+MKL_NUM_THREADS) for the tuned engines and ``torch.set_num_threads(N)`` for PyTorch; the stock
+engine runs with them removed, i.e. its BLAS's own default (OpenBLAS: one thread per core). Goal:
+tuned ≥ PyTorch and tuned ≥ 1.6 x stock (medians). ``--time-layers`` adds ``caffe time`` per layer
+for LeNet b64 and CaffeNet b32 (deploy nets with ``force_backward``, so no database is needed) on
+every engine.
+
+    .venv/bin/python benchmarks/cpu_speed.py [--stock PREFIX] [--tuned PREFIX] [--other PREFIX]
+        [--iters 1000] [--rounds 3] [--threads N] [--json FILE] [--time-layers]
 """
 
 from __future__ import annotations
@@ -45,8 +51,10 @@ from caffetool.data import fetch
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.download import DEFAULT_TIMEOUT
 from caffetool.engine import EngineInfo, import_caffe, locate
+from caffetool.engine import threads as engine_threads
 from caffetool.engine.locate import caffe_env
-from caffetool.errors import CaffetoolError, RunError, SystemDependencyError
+from caffetool.engine.recipe import BLAS
+from caffetool.errors import CaffetoolError, EngineNotFound, RunError, SystemDependencyError
 from caffetool.nets import build, generate, model, prototxt, solver
 from caffetool.proc import run_checked
 from caffetool.train import caffe_commands
@@ -57,11 +65,10 @@ TORCH_VENV = HERE / ".venv-torch"
 TORCH_PACKAGES = ("torch==2.13.0", "numpy")
 TORCH_READY = ".caffetool-bench-complete"  # written last: a venv without it is half-made
 DEFAULT_STOCK = config.cache_home() / "engine-stock"
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+THREAD_VARIABLES = engine_threads.VARIABLES
 FIRST_TIMED = 100  # the first display line timed; Caffe displays every 100 iterations here
 # stock: BVLC Caffe as it runs out of the box; stock+kernels: the same engine with the BLAS kernels
 # caffetool picks for this CPU (caffetool.engine.cpu), so the layers' own share of the gain shows.
-SIDES = ("stock", "stock+kernels", "tuned", "pytorch")
 GOAL = {"tuned/pytorch": 1.0, "tuned/stock": 1.6}
 LAYER_NETS = (("lenet", 64), ("caffenet", 32))
 LAYER_ITERATIONS = 20
@@ -99,6 +106,12 @@ def blas_of(engine: EngineInfo) -> str:
         return "unknown"
     found = re.findall(r"^\s*(\S*(?:blas|mkl)\S*) => (\S+)", done.stdout, re.MULTILINE)
     return ", ".join(f"{name} -> {os.path.realpath(path)}" for name, path in found) or "none linked"
+
+
+def blas_name(engine: EngineInfo) -> str:
+    """The engine's BLAS by ``engine.install --blas`` name, from its manifest."""
+    cmake = engine.manifest.get("options", {}).get("blas")
+    return next((name for name, value in BLAS.items() if value == cmake), str(cmake))
 
 
 def prepare_lenet(engine: EngineInfo, data_dir: Path, folder: Path, iters: int) -> Path:
@@ -201,22 +214,34 @@ def time_layers(engines: dict[str, tuple[EngineInfo, dict[str, str]]], folder: P
 
 
 def print_layers(name: str, batch: int, iterations: int, timed: dict) -> dict:
-    (stock, stock_avg), (tuned, tuned_avg) = timed["stock"], timed["tuned"]
-    print(f"\ncaffe time, {name} batch {batch}, CPU, {iterations} iterations, both engines on caffetool's BLAS "
-          "kernels (ms; ratio = stock / tuned)")
-    print(f"{'layer':<12} {'fwd stock':>10} {'fwd tuned':>10} {'x':>6}  {'bwd stock':>10} {'bwd tuned':>10} {'x':>6}")
+    """One table: each engine's forward and backward ms per layer, and each one's speed-up on stock."""
+    sides = list(timed)
+    print(f"\ncaffe time, {name} batch {batch}, CPU, {iterations} iterations, every engine on caffetool's BLAS "
+          "kernels (ms; x = stock / that engine)")
+    print(f"{'layer':<12}" + "".join(_cells([f"{d} {side}" for side in sides], None)
+                                    for d in ("fwd", "bwd")))
     rows = {}
-    for layer in stock:  # costliest first, by the stock engine's times
-        s, t = stock[layer], tuned.get(layer)
-        if t is None:
-            continue
-        rows[layer] = {"forward_ms": [s.forward_ms, t.forward_ms], "backward_ms": [s.backward_ms, t.backward_ms]}
-        print(f"{layer:<12} {s.forward_ms:>10.3f} {t.forward_ms:>10.3f} {_ratio(s.forward_ms, t.forward_ms):>6}  "
-              f"{s.backward_ms:>10.3f} {t.backward_ms:>10.3f} {_ratio(s.backward_ms, t.backward_ms):>6}")
+    for layer in timed["stock"][0]:  # costliest first, by the stock engine's times
+        if all(layer in timed[side][0] for side in sides):
+            rows[layer] = {f"{d}_ms": [getattr(timed[side][0][layer], f"{d}_ms") for side in sides]
+                           for d in ("forward", "backward")}
+            print(f"{layer:<12}" + "".join(_cells(ms, ms[0]) for ms in rows[layer].values()))
     for key in ("forward", "backward", "forward-backward"):
-        a, b = stock_avg.get(key, 0.0), tuned_avg.get(key, 0.0)
-        print(f"average {key}: stock {a:.2f} ms, tuned {b:.2f} ms, ratio {_ratio(a, b)}")
-    return {"layers": rows, "average_ms": {"stock": stock_avg, "tuned": tuned_avg}}
+        values = [timed[side][1].get(key, 0.0) for side in sides]
+        shown = ", ".join(f"{side} {ms:.2f} ms" + (f" (x{_ratio(values[0], ms)})" if i else "")
+                          for i, (side, ms) in enumerate(zip(sides, values)))
+        print(f"average {key}: {shown}")
+    return {"sides": sides, "layers": rows, "average_ms": {side: timed[side][1] for side in sides}}
+
+
+def _cells(values: list, stock_ms: float | None) -> str:
+    """Right-aligned cells, a speed-up on stock after each but the first (``stock_ms`` None: titles)."""
+    out = ""
+    for i, value in enumerate(values):
+        out += f" {value:>14}" if stock_ms is None else f" {value:>14.3f}"
+        if i:
+            out += f" {'x' if stock_ms is None else _ratio(stock_ms, value):>5}"
+    return out
 
 
 def _ratio(a: float, b: float) -> str:
@@ -226,33 +251,41 @@ def _ratio(a: float, b: float) -> str:
 # ---- the run ----------------------------------------------------------------------------------
 
 def summarise(samples: list[Sample], args: argparse.Namespace, notes: dict) -> dict:
-    rate = {side: median([s.iters_per_s for s in samples if s.side == side]) for side in SIDES}
-    wall = {side: median([s.wall_s for s in samples if s.side == side]) for side in SIDES}
+    sides = list(dict.fromkeys(s.side for s in samples))  # in the order they ran
+    other = next((side for side in sides if side.startswith("tuned+")), None)
+    rate = {side: median([s.iters_per_s for s in samples if s.side == side]) for side in sides}
+    wall = {side: median([s.wall_s for s in samples if s.side == side]) for side in sides}
     ratios = {"tuned/stock": rate["tuned"] / rate["stock"],
               "tuned/stock+kernels": rate["tuned"] / rate["stock+kernels"],
               "tuned/pytorch": rate["tuned"] / rate["pytorch"]}
+    if other:
+        ratios.update({f"{other}/tuned": rate[other] / rate["tuned"], f"{other}/pytorch": rate[other] / rate["pytorch"]})
     met = all(ratios[k] >= v for k, v in GOAL.items())
-    drift = loss_drift(samples)
+    drift = {side: loss_drift(samples, side) for side in sides if side.startswith("tuned")}
     print(f"\nLeNet b64 on Fashion-MNIST, CPU, {args.iters} iterations, {args.rounds} alternating rounds, "
           f"{os.cpu_count()} cores")
-    print(f"threads: stock {notes['stock_threads']}; tuned and pytorch {args.threads}")
+    print(f"threads: stock {notes['stock_threads']}; tuned engines and pytorch {args.threads}")
     print(f"{'side':<14} {'median it/s':>12} {'median wall s':>14}")
-    for side in SIDES:
+    for side in sides:
         print(f"{side:<14} {rate[side]:>12.1f} {wall[side]:>14.2f}")
     for key, value in ratios.items():
         goal = f" (goal >= {GOAL[key]:g})" if key in GOAL else ""
         print(f"{key:<20} {value:.3f}{goal}")
     print(f"goal (tuned >= pytorch and tuned >= {GOAL['tuned/stock']:g} x stock): {'met' if met else 'NOT met'}")
-    print(f"loss curves, largest |tuned - stock| at a display: {drift['largest']:.4f} at iteration {drift['at']}, "
-          f"first display {drift['first']:.5f}")
+    if other:
+        faster = notes["tuned_blas_name"] if rate["tuned"] >= rate[other] else other.split("+", 1)[1]
+        print(f"faster BLAS here: {faster} (caffetool's default: {notes['tuned_blas_name']})")
+    for side, d in drift.items():
+        print(f"loss curves, largest |{side} - stock| at a display: {d['largest']:.4f} at iteration {d['at']}, "
+              f"first display {d['first']:.5f}")
     return {"median_iters_per_s": rate, "median_wall_s": wall, "ratios": ratios, "goal": GOAL, "goal_met": met,
             "loss_drift": drift}
 
 
-def loss_drift(samples: list[Sample]) -> dict:
-    """How far the tuned engine's displayed losses stray from the stock engine's (round 1, same seed)."""
+def loss_drift(samples: list[Sample], side: str) -> dict:
+    """How far a tuned engine's displayed losses stray from the stock engine's (round 1, same seed)."""
     stock = dict(next(s.losses for s in samples if s.side == "stock"))
-    tuned = dict(next(s.losses for s in samples if s.side == "tuned"))
+    tuned = dict(next(s.losses for s in samples if s.side == side))
     gaps = {i: abs(tuned[i] - stock[i]) for i in sorted(stock.keys() & tuned.keys())}
     at = max(gaps, key=gaps.get) if gaps else 0
     first = gaps[min(gaps)] if gaps else 0.0
@@ -263,6 +296,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stock", default=str(DEFAULT_STOCK), help="prefix of the stock engine")
     parser.add_argument("--tuned", default=None, help="prefix of the tuned engine (default: caffetool's engine)")
+    parser.add_argument("--other", default=None,
+                        help="prefix of a tuned engine on the other BLAS (default: ~/.cache/caffetool/engine-NAME; "
+                             "left out where none is installed)")
     parser.add_argument("--iters", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -283,14 +319,24 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    stock = locate(args.stock, probe=False)
-    tuned = locate(args.tuned, probe=False)
+    engines = {"stock": locate(args.stock, probe=False), "stock+kernels": locate(args.stock, probe=False),
+               "tuned": locate(args.tuned, probe=False)}
+    other = next(name for name in BLAS if name != blas_name(engines["tuned"]))
+    other_prefix = args.other or str(config.cache_home() / f"engine-{other}")
+    try:
+        engines[f"tuned+{other}"] = locate(other_prefix, probe=False)
+    except EngineNotFound:
+        print(f"no engine at {other_prefix}: the {other} side is left out (`caffetool engine.install --blas {other} "
+              f"--prefix {other_prefix}` makes it)")
     envs = {"stock": engine_env(None, kernels=False), "stock+kernels": engine_env(None),
-            "tuned": engine_env(args.threads)}
-    notes = {"stock_threads": "OMP_NUM_THREADS/OPENBLAS_NUM_THREADS unset (BLAS default)",
-             "stock_prefix": str(stock.prefix), "tuned_prefix": str(tuned.prefix),
-             "stock_blas": blas_of(stock), "tuned_blas": blas_of(tuned), "cores": os.cpu_count()}
-    print(f"stock {stock.prefix} (BLAS: {notes['stock_blas']})\ntuned {tuned.prefix} (BLAS: {notes['tuned_blas']})")
+            "tuned": engine_env(args.threads), f"tuned+{other}": engine_env(args.threads)}
+    notes = {"stock_threads": f"{'/'.join(THREAD_VARIABLES)} unset (BLAS default)", "cores": os.cpu_count()}
+    for side, engine in engines.items():
+        notes[f"{side}_prefix"], notes[f"{side}_blas"] = str(engine.prefix), blas_of(engine)
+        if side != "stock+kernels":
+            print(f"{side:<10} {engine.prefix} (BLAS: {notes[f'{side}_blas']})")
+    tuned = engines["tuned"]
+    notes["tuned_blas_name"] = blas_name(tuned)
     python = torch_python()
     samples: list[Sample] = []
     extra: dict = {}
@@ -301,7 +347,7 @@ def run(args: argparse.Namespace) -> dict:
         for i in range(1, args.rounds + 1):
             print(f"\nround {i}\n{'side':<14} {'it/s':>8} {'wall s':>8} {'timed iters':>12} {'loss (iter)':>14}",
                   flush=True)
-            for side, engine in (("stock", stock), ("stock+kernels", stock), ("tuned", tuned)):
+            for side, engine in engines.items():
                 samples.append(run_caffe(side, i, engine, solver_file, envs[side]))
                 _print(samples[-1])
             sample, extra["pytorch"] = run_torch(i, python, files["train-images"]["path"],
@@ -315,9 +361,9 @@ def run(args: argparse.Namespace) -> dict:
         if args.time_layers:
             # per layer, both on caffetool's BLAS kernels (caffe_commands runs caffe under caffe_env()):
             # what the layers themselves gain
-            figures["time_layers"] = time_layers({"stock": (stock, envs["stock+kernels"]),
-                                                  "tuned": (tuned, envs["tuned"])},
-                                                 folder, args.layer_iterations)
+            timed = {side: (engine, envs["stock+kernels" if side == "stock" else side])
+                     for side, engine in engines.items() if side != "stock+kernels"}
+            figures["time_layers"] = time_layers(timed, folder, args.layer_iterations)
     return figures
 
 

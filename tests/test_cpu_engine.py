@@ -149,16 +149,19 @@ def test_pooling_and_element_wise_layers_compute_caffes_arithmetic(results, thre
 
 def test_blas_kernels_follow_the_cpus_instruction_sets(tmp_path):
     info = tmp_path / "cpuinfo"
+    mkl = {"MKL_DISABLE_FAST_MM": "1"}  # for MKL engines, on every CPU
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\n")
-    assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "SkylakeX"}
+    assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "SkylakeX", **mkl}
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
-    assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "Haswell"}
-    assert cpu.blas_environment({"OPENBLAS_CORETYPE": "Zen"}, info) == {}  # the user's choice wins
+    assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "Haswell", **mkl}
+    # the user's choices win
+    assert cpu.blas_environment({"OPENBLAS_CORETYPE": "Zen"}, info) == mkl
+    assert cpu.blas_environment({"MKL_DISABLE_FAST_MM": "0"}, info) == {"OPENBLAS_CORETYPE": "Haswell"}
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 sse4_2\n")
-    assert cpu.blas_environment({}, info) == {}
+    assert cpu.blas_environment({}, info) == mkl
     info.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm\n")  # aarch64: OpenBLAS knows its cores
-    assert cpu.blas_environment({}, info) == {}
-    assert cpu.blas_environment({}, tmp_path / "missing") == {}
+    assert cpu.blas_environment({}, info) == mkl
+    assert cpu.blas_environment({}, tmp_path / "missing") == mkl
 
 
 def test_the_engine_runs_the_kernels_chosen_for_this_cpu(engine):

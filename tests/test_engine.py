@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from caffetool.engine import locate
-from caffetool.engine.install import install, link_pycaffe
+from caffetool.engine.install import _existing, install, link_pycaffe
 from caffetool.engine.locate import MANIFEST
-from caffetool.engine.recipe import CAFFE_SOURCE, PROJECT_PATCHES, BuildOptions
+from caffetool.engine.recipe import BLAS, CAFFE_SOURCE, BuildOptions
 from caffetool.errors import ConfigError, EngineCorrupt, EngineNotFound
 
 
@@ -136,7 +136,8 @@ def test_manifest_records_source_patches_and_mode(engine):
         t.name: t.sha256 for t in CAFFE_SOURCE.tarballs
     }
     names = [p["name"] for p in m["patches"]]
-    assert names[-len(PROJECT_PATCHES):] == list(PROJECT_PATCHES)
+    ours = BuildOptions().patches  # the default engine's: the fixes, the tuning, and MKL's where it uses MKL
+    assert names[-len(ours):] == list(ours)
     assert "6693.diff" in names
     assert "-DCPU_ONLY=ON" in m["cmake_flags"]
 
@@ -148,3 +149,28 @@ def test_pth_makes_pycaffe_importable_in_a_fresh_interpreter(engine):
                           capture_output=True, text=True, cwd="/", env={**os.environ, "GLOG_minloglevel": "2"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(str(engine.python_path))
+
+
+def _copy_of(engine, tmp_path, patches):
+    """The engine seen through another prefix (links to its files) with ``patches`` in its manifest."""
+    for part in ("bin", "lib", "python", "include", "share"):
+        if (engine.prefix / part).exists():
+            (tmp_path / part).symlink_to(engine.prefix / part)
+    manifest = dict(engine.manifest, patches=patches)
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    return tmp_path
+
+
+def test_an_engine_from_an_older_recipe_is_rebuilt_and_one_with_other_options_refused(engine, tmp_path):
+    said = []
+    patches = [dict(p) for p in engine.manifest["patches"]]
+    older = [dict(p, sha256="0" * 64) if p["name"] == BuildOptions().patches[-1] else p for p in patches]
+    (tmp_path / "older").mkdir()
+    (tmp_path / "current").mkdir()
+    assert _existing(_copy_of(engine, tmp_path / "older", older), BuildOptions(), False, said.append) is None
+    assert said == [f"the engine at {tmp_path / 'older'} was built with older caffetool patches; rebuilding it"]
+    current = _copy_of(engine, tmp_path / "current", patches)
+    assert _existing(current, BuildOptions(), False, said.append).prefix == current
+    other = BuildOptions(blas=BLAS["openblas"] if BuildOptions().mkl else BLAS["mkl"])
+    with pytest.raises(ConfigError, match="built with other options"):
+        _existing(current, other, False, said.append)

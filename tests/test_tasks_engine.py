@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-from caffetool.engine.recipe import CAFFE_SOURCE, PROJECT_PATCHES
+from caffetool.engine import mkl
+from caffetool.engine.recipe import CAFFE_SOURCE, DEFAULT_BLAS, BuildOptions
 
 from .conftest import PROJECT
 
@@ -28,7 +29,7 @@ def test_info_json_reports_mode_sha256_and_patches(engine):
     assert report["pycaffe"] is True
     assert report["gpus"] == []
     assert report["manifest"]["source"]["tarballs"][0]["sha256"] == CAFFE_SOURCE.orig.sha256
-    assert [p["name"] for p in report["manifest"]["patches"]][-1] == PROJECT_PATCHES[-1]
+    assert [p["name"] for p in report["manifest"]["patches"]][-1] == BuildOptions().patches[-1]
 
 
 def test_missing_engine_is_one_clear_error(tmp_path):
@@ -55,3 +56,10 @@ def test_check_trains_a_tiny_net_with_the_real_binary(engine):
     first, last = (float(x) for x in done.stdout.split("loss ")[1].split(" -> "))
     assert "caffe train: 40 iterations" in done.stdout
     assert last < first / 2
+
+
+def test_info_names_the_blas_and_the_layers(engine):
+    done = invoke("engine.info")
+    assert done.returncode == 0, done.stderr
+    blas = f"mkl {mkl.VERSION}" if DEFAULT_BLAS == "mkl" else DEFAULT_BLAS
+    assert f"mode        CPU only, BLAS {blas}, OpenMP layers\n" in done.stdout

@@ -26,12 +26,13 @@ from caffetool.proc import exit_status, last_lines
 PERCENT = re.compile(r"^\[\s*(\d+)%\]")
 
 
-def configure(tree: Path, build: Path, options: BuildOptions, prefix: Path, log: Path) -> list[str]:
+def configure(tree: Path, build: Path, options: BuildOptions, prefix: Path, log: Path,
+              mkl_root: Path | None = None) -> list[str]:
     """Run CMake; return the flags used. Refuses a CUDA build that CMake silently made CPU-only."""
-    flags = cmake_flags(options, sys.executable, prefix)
+    flags = cmake_flags(options, sys.executable, prefix, mkl_root)
     build.mkdir(parents=True, exist_ok=True)
     output: list[str] = []
-    _run(["cmake", str(tree), *flags], build, log, "CMake configuration", on_line=output.append)
+    run_step(["cmake", str(tree), *flags], build, log, "CMake configuration", on_line=output.append)
     if options.cuda and not any(line.startswith("-- CUDA detected:") for line in output):
         # Caffe's Cuda.cmake falls back to a CPU build when it cannot find CUDA.
         raise BuildError(
@@ -46,10 +47,10 @@ def compile_and_stage(build: Path, jobs: int, destdir: Path, log: Path, progress
     # disable=None: no bar unless stderr is a terminal (CI logs stay readable)
     bar = tqdm(total=100, unit="%", desc="building Caffe", disable=None if progress else True, leave=False)
     try:
-        _run(["make", f"-j{jobs}"], build, log, "compilation", on_line=lambda line: _advance(bar, line))
+        run_step(["make", f"-j{jobs}"], build, log, "compilation", on_line=lambda line: _advance(bar, line))
     finally:
         bar.close()
-    _run(["make", "install", f"DESTDIR={destdir}"], build, log, "make install")
+    run_step(["make", "install", f"DESTDIR={destdir}"], build, log, "make install")
 
 
 def _advance(bar: tqdm, line: str) -> None:
@@ -58,9 +59,10 @@ def _advance(bar: tqdm, line: str) -> None:
         bar.update(int(match.group(1)) - bar.n)
 
 
-def _run(argv: list[str], cwd: Path, log: Path, what: str, on_line: Callable[[str], None] | None = None) -> None:
+def run_step(argv: list[str], cwd: Path, log: Path, what: str, on_line: Callable[[str], None] | None = None,
+             env: dict[str, str] | None = None) -> None:
     """Run one build step with its output appended to ``log``; raise :class:`BuildError` if it fails."""
-    env = {**os.environ, "LC_ALL": "C"}
+    env = {**(os.environ if env is None else env), "LC_ALL": "C"}
     with open(log, "a") as out:
         out.write(f"$ (cd {cwd} && {' '.join(argv)})\n")
         out.flush()

@@ -51,10 +51,11 @@ BUNDLE_MANIFEST = "caffetool-bundle.json"
 VENDOR = PurePosixPath("lib/vendor")
 CUDA_LINK = PurePosixPath("lib/nvidia")
 SUFFIX = ".tar.zst"
-# zstd's level 19 makes the smallest archives (a CPU engine: about 60 MiB against 68 at level 10)
-# but takes minutes on two cores where level 10 takes seconds; the output is the same for a level
-# on every machine (single-threaded compression), so any level stays reproducible.
-ZSTD_LEVEL = 19
+# zstd's level 19 makes the smallest archives (an OpenBLAS engine: about 60 MiB against 68 at level 10)
+# but takes minutes on two cores where level 10 takes seconds, and an MKL engine carries 500 MiB of
+# MKL's kernels (240 MB at level 10, in about a minute); the output is the same for a level on every
+# machine (single-threaded compression), so any level stays reproducible.
+ZSTD_LEVEL = 10
 # glibc's own libraries come with every Linux system and must match its loader: never vendored.
 GLIBC_SONAMES = frozenset({
     "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libresolv.so.2",

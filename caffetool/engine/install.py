@@ -26,7 +26,7 @@ from pathlib import Path
 
 import caffetool
 from caffetool import apt, config, fsio
-from caffetool.engine import build, source
+from caffetool.engine import build, cpu, mkl, source, suite
 from caffetool.engine.locate import MANIFEST, EngineInfo, locate
 from caffetool.checksum import sha256_file
 from caffetool.engine.recipe import (
@@ -63,16 +63,20 @@ def install(
     progress: bool = True,
     say: Callable[[str], None] = print,
     link: bool = True,
+    test_suite: bool = False,
 ) -> InstallResult:
     """Build and install the engine into ``prefix`` unless an equal working one is there.
 
     ``link=False`` leaves this interpreter's ``import caffe`` alone (for side builds, such as
-    the compile-only CUDA check).
+    the compile-only CUDA check). ``test_suite`` runs Caffe's own tests on the build before it is
+    installed (:mod:`caffetool.engine.suite`).
     """
     started = time.monotonic()
     root = config.engine_prefix(prefix)
     existing = _existing(root, options, force, say)
     if existing is not None:
+        if test_suite:
+            say("the engine is already installed, so no build ran Caffe's test suite: add --force to rebuild and run it")
         if not existing.pycaffe:
             ensure_pycaffe_modules(say)
             existing = locate(root)
@@ -96,7 +100,8 @@ def install(
 
     with fsio.staging_folder(root) as staging:
         say(f"building Caffe {CAFFE_SOURCE.version} into {root} (log: {log})")
-        manifest = _build(root, staging, options, source_location, debian_mirror, jobs, log, timings, progress)
+        manifest = _build(root, staging, options, source_location, debian_mirror, jobs, log, timings, progress,
+                          test_suite, say)
         timings["total"] = round(time.monotonic() - started, 1)
         manifest["timings_s"] = timings
         staged = staging / "root" / root.relative_to(root.anchor)
@@ -129,11 +134,14 @@ def _existing(root: Path, options: BuildOptions, force: bool,
         return None
     recorded = [(p.get("name"), p.get("sha256")) for p in engine.manifest.get("patches", [])
                 if p.get("origin") == "caffetool"]
-    if recorded != project_patches(options):
-        say(f"the engine at {root} was built with other caffetool patches; rebuilding it")
+    # A patch that is no longer one of caffetool's files means an older recipe: rebuild. Current
+    # patches with other options are another engine (which patches apply depends on the options).
+    current = {(path.name, sha256_file(path)) for path in PATCH_DIR.glob("*.patch")}
+    if not set(recorded) <= current:
+        say(f"the engine at {root} was built with older caffetool patches; rebuilding it")
         return None
     built = engine.manifest.get("options")
-    if built != options.as_dict():
+    if built != options.as_dict() or recorded != project_patches(options):
         raise ConfigError(
             f"{root} holds an engine built with other options ({json.dumps(built)}); "
             "rerun with --force to rebuild it, or choose another --prefix"
@@ -148,6 +156,7 @@ def project_patches(options: BuildOptions = BuildOptions()) -> list[tuple[str, s
 def _build(
     root: Path, staging: Path, options: BuildOptions, source_location: str | None,
     debian_mirror: str | None, jobs: int | None, log: Path, timings: dict[str, float], progress: bool,
+    test_suite: bool, say: Callable[[str], None],
 ) -> dict:
     cache = config.cache_home() / "sources"
     tree, build_dir, destdir = staging / "src", staging / "build", staging / "root"
@@ -156,12 +165,26 @@ def _build(
     with _timed(timings, "patch"):
         source.unpack(CAFFE_SOURCE, cache, tree)
         patches = source.apply_patches(tree, log, options.patches)
+    mkl_root = None
+    if options.mkl:
+        with _timed(timings, "mkl"):
+            mkl_root = mkl.assemble(config.cache_home())
     with _timed(timings, "configure"):
-        flags = build.configure(tree, build_dir, options, root, log)
+        flags = build.configure(tree, build_dir, options, root, log, mkl_root)
     jobs = jobs or os.cpu_count() or 1
     with _timed(timings, "compile"):
         build.compile_and_stage(build_dir, jobs, destdir, log, progress)
     staged = destdir / root.relative_to(root.anchor)
+    if mkl_root is not None:
+        mkl.vendor(mkl_root, staged)
+    runs: list[suite.SuiteRun] = []
+    if test_suite:
+        say(f"building and running Caffe's test suite (log: {log})")
+        with _timed(timings, "test_suite"):
+            runs = suite.run(tree, build_dir, jobs, log, {**os.environ, **cpu.blas_environment(os.environ)})
+        for run in runs:
+            say(f"Caffe's test suite on {run.threads} thread(s): {run.passed} of {run.tests} tests passed "
+                f"in {run.seconds:.0f} s")
     _keep_reference_files(tree, staged / "share" / "caffe")
     (staged / "share" / "caffetool").mkdir(parents=True, exist_ok=True)
     return {
@@ -177,6 +200,8 @@ def _build(
         },
         "patches": [asdict(p) for p in patches],
         "options": options.as_dict(),
+        "mkl": {"version": mkl.VERSION, "wheels": [asdict(w) for w in mkl.WHEELS]} if options.mkl else None,
+        "test_suite": [asdict(run) for run in runs] or None,
         "cmake_flags": flags,
         "jobs": jobs,
         "compiler": _first_line(["c++", "--version"]),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from caffetool.apt import SourcePackage, Tarball
+from caffetool.errors import BuildError
 
 CAFFE_SOURCE = SourcePackage(
     package="caffe",
@@ -51,6 +52,19 @@ TUNING_PATCHES: tuple[str, ...] = (
     "0004-openmp-cpu-layers.patch",
 )
 PROJECT_PATCHES: tuple[str, ...] = FIX_PATCHES + TUNING_PATCHES
+# Applied only to --blas mkl builds (it changes only FindMKL.cmake), so OpenBLAS engines keep theirs.
+MKL_PATCHES: tuple[str, ...] = (
+    "0005-mkl-gnu-openmp-threading.patch",
+)
+
+# The BLAS libraries an engine can be built with: caffetool's name -> Caffe's CMake BLAS value.
+BLAS: dict[str, str] = {
+    "openblas": "Open",
+    "mkl": "MKL",
+}
+# MKL where its wheels exist (x86-64): on the AVX-512 Xeon caffetool is measured on, the tuned engine
+# trains LeNet 1.23x as fast on MKL as on OpenBLAS (benchmarks/RESULTS.md); elsewhere OpenBLAS.
+DEFAULT_BLAS = "mkl" if platform.machine() == "x86_64" else "openblas"
 
 # Debian/Ubuntu packages needed to fetch, patch and build the engine (CPU or CUDA: CUDA itself
 # comes from the CUDA toolkit, never from here).
@@ -105,13 +119,22 @@ class BuildOptions:
     cudnn: bool = False
     nccl: bool = False
     cuda_arch: tuple[str, ...] = ()
-    blas: str = "Open"
+    blas: str = ""  # CMake's BLAS value; empty: DEFAULT_BLAS for a CPU engine, OpenBLAS for a CUDA one
     extra_cmake: tuple[str, ...] = field(default=())
     stock: bool = False  # BVLC Caffe without caffetool's tuning: serial layers, threaded OpenBLAS
 
+    def __post_init__(self) -> None:
+        # A CUDA engine computes on the GPU; its CPU mode (checks) needs no MKL beside the CUDA libraries.
+        if not self.blas:
+            object.__setattr__(self, "blas", BLAS["openblas"] if self.cuda else BLAS[DEFAULT_BLAS])
+
     @property
     def patches(self) -> tuple[str, ...]:
-        return FIX_PATCHES if self.stock else PROJECT_PATCHES
+        return (FIX_PATCHES if self.stock else PROJECT_PATCHES) + (MKL_PATCHES if self.mkl else ())
+
+    @property
+    def mkl(self) -> bool:
+        return self.blas == BLAS["mkl"]
 
     @property
     def openmp(self) -> bool:
@@ -132,8 +155,11 @@ class BuildOptions:
         }
 
 
-def cmake_flags(options: BuildOptions, python: str, install_prefix: Path) -> list[str]:
-    """The CMake command-line definitions for one build, recorded verbatim in the manifest."""
+def cmake_flags(options: BuildOptions, python: str, install_prefix: Path, mkl_root: Path | None = None) -> list[str]:
+    """The CMake command-line definitions for one build, recorded verbatim in the manifest.
+
+    ``mkl_root``: the MKLROOT an MKL build links against (:mod:`caffetool.engine.mkl`).
+    """
     flags = {
         "CMAKE_BUILD_TYPE": "Release",
         "CMAKE_INSTALL_PREFIX": str(install_prefix),
@@ -151,9 +177,14 @@ def cmake_flags(options: BuildOptions, python: str, install_prefix: Path) -> lis
         "USE_OPENCV": "ON",
         "BUILD_docs": "OFF",
         "BUILD_matlab": "OFF",
-        "USE_OPENMP": "ON" if options.openmp else "OFF",
+        # MKL's GNU threading layer needs GCC's OpenMP runtime even where the layers are serial.
+        "USE_OPENMP": "ON" if options.openmp or options.mkl else "OFF",
     }
-    if options.openmp:
+    if options.mkl:
+        if mkl_root is None:
+            raise BuildError("an MKL build needs the MKLROOT it links against (engine.mkl.assemble)")
+        flags.update(MKL_ROOT=str(mkl_root), MKL_USE_SINGLE_DYNAMIC_LIBRARY="OFF", MKL_THREADING="GNU")
+    elif options.openmp:
         flags.update(OPENBLAS_OPENMP)
     if options.cuda:
         # Caffe's Cuda.cmake "Auto"/"All" lists include architectures CUDA 11+ rejects.
