@@ -149,14 +149,14 @@ def test_pooling_and_element_wise_layers_compute_caffes_arithmetic(results, thre
 
 def test_blas_kernels_follow_the_cpus_instruction_sets(tmp_path):
     info = tmp_path / "cpuinfo"
-    mkl = {"MKL_DISABLE_FAST_MM": "1"}  # for MKL engines, on every CPU
+    mkl = {"MKL_DISABLE_FAST_MM": "1", "MKL_CBWR": "AUTO,STRICT"}  # for MKL engines, on every CPU
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\n")
     assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "SkylakeX", **mkl}
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
     assert cpu.blas_environment({}, info) == {"OPENBLAS_CORETYPE": "Haswell", **mkl}
     # the user's choices win
     assert cpu.blas_environment({"OPENBLAS_CORETYPE": "Zen"}, info) == mkl
-    assert cpu.blas_environment({"MKL_DISABLE_FAST_MM": "0"}, info) == {"OPENBLAS_CORETYPE": "Haswell"}
+    assert cpu.blas_environment({"MKL_DISABLE_FAST_MM": "0", "MKL_CBWR": "AVX2"}, info) == {"OPENBLAS_CORETYPE": "Haswell"}
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 sse4_2\n")
     assert cpu.blas_environment({}, info) == mkl
     info.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm\n")  # aarch64: OpenBLAS knows its cores

@@ -254,3 +254,40 @@ def test_engine_info_names_mkl_and_its_version(mkl_engine):
                           cwd=PROJECT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"mode        CPU only, BLAS mkl {mkl.VERSION}, OpenMP layers\n" in done.stdout
+
+
+FORWARD = """
+import sys, numpy as np
+from caffetool.engine import import_caffe, locate
+caffe = import_caffe(locate(sys.argv[1]))
+net = caffe.Net(sys.argv[2], caffe.TEST)
+for i, (name, params) in enumerate(net.params.items()):
+    for j, p in enumerate(params):
+        p.data[...] = np.random.default_rng(10 * i + j).standard_normal(p.data.shape).astype(np.float32) * 0.1
+net.blobs["data"].data[...] = np.random.default_rng(0).random(net.blobs["data"].data.shape, dtype=np.float32)
+net.forward()
+np.save(sys.argv[3], net.blobs["ip2"].data)
+"""
+
+
+def test_the_mkl_engine_scores_the_same_bits_on_any_thread_count(mkl_engine, caffe, tmp_path):
+    """What lets `evaluate` (this process's threads) equal `caffe test` (the child's): MKL's strict
+    reproducibility, which caffetool's environment turns on (without it scores differ by ~1e-5)."""
+    from caffetool.nets import build, model, prototxt
+
+    m = model.get("lenet")
+    path = tmp_path / "lenet_b64.prototxt"
+    path.write_text(prototxt.to_text(build.deploy(caffe, m, build.shape_of(m), batch=64)))
+    (tmp_path / "forward.py").write_text(FORWARD)
+    scores = {}
+    for threads in (1, 2):
+        done = subprocess.run([sys.executable, tmp_path / "forward.py", mkl_engine.prefix, path, tmp_path / f"{threads}.npy"],
+                              capture_output=True, text=True, cwd=PROJECT,
+                              env={**{k: v for k, v in os.environ.items() if not k.startswith("MKL_")},
+                                   "OMP_NUM_THREADS": str(threads)})
+        assert done.returncode == 0, done.stderr[-2000:]
+        import numpy as np
+
+        scores[threads] = np.load(tmp_path / f"{threads}.npy")
+    assert scores[1].shape == (64, 10)
+    assert scores[1].tobytes() == scores[2].tobytes()

@@ -135,7 +135,8 @@ def test_local_asha_sweep_stops_a_hopeless_trial_with_a_snapshot(tmp_path: Path,
     rows = results(sweep_dir)
     assert len(rows) == 4
     by_status = {r["status"] for r in rows}
-    assert by_status <= {"finished", "stopped early"} and "stopped early" in by_status, rows
+    # a hopeless trial may also blow up before ASHA judges it (Adam at 0.05 does on MKL)
+    assert by_status <= {"finished", "stopped early", "diverged"} and "stopped early" in by_status, rows
     best = max((r for r in rows if r["test/accuracy"]), key=lambda r: float(r["test/accuracy"]))
     assert f"best: {best['trial']} (test/accuracy {float(best['test/accuracy']):.4f}" in out
     assert leftovers(tmp_path, proc.pid) == []

@@ -11,7 +11,11 @@ An MKL engine (``engine.install --blas mkl``) picks its kernels itself, but MKL'
 keeps the buffers of every BLAS call for reuse: measured on LeNet at batch 64, about 10 MiB (17%)
 more than the net's own blobs, which the memory estimator cannot know. ``MKL_DISABLE_FAST_MM``
 makes MKL free them after each call, so what Caffe allocates is again what ``memory.estimate``
-computes (OpenBLAS ignores the variable).
+computes. And MKL's products differ in the last bits with the thread count (LeNet's scores by up
+to 8e-6 between 1 and 2 threads), so ``evaluate`` in one process and ``caffe test`` in another
+could disagree on an image at the decision boundary; ``MKL_CBWR=AUTO,STRICT`` (MKL's strict
+conditional numerical reproducibility) makes them bitwise equal for any thread count, at no cost
+measured on LeNet. OpenBLAS ignores both variables.
 """
 
 from __future__ import annotations
@@ -46,9 +50,9 @@ def openblas_kernel(available: frozenset[str]) -> str | None:
 
 
 def blas_environment(environ: Mapping[str, str], cpuinfo: Path = CPUINFO) -> dict[str, str]:
-    """``OPENBLAS_CORETYPE`` for this CPU and ``MKL_DISABLE_FAST_MM``, each unless the environment
-    already sets it."""
-    wanted = {"MKL_DISABLE_FAST_MM": "1"}
+    """``OPENBLAS_CORETYPE`` for this CPU, ``MKL_DISABLE_FAST_MM`` and ``MKL_CBWR``, each unless the
+    environment already sets it."""
+    wanted = {"MKL_DISABLE_FAST_MM": "1", "MKL_CBWR": "AUTO,STRICT"}
     if kernel := openblas_kernel(flags(cpuinfo)):
         wanted["OPENBLAS_CORETYPE"] = kernel
     return {name: value for name, value in wanted.items() if name not in environ}

@@ -38,7 +38,7 @@ from caffetool.train import (devices, evaluate, metrics_io, owner, project, rund
 from caffetool.train.logparse import LogParser, Metrics, parse_file
 
 # What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
-THREAD_VARIABLES = (*cpu_threads.VARIABLES, "OPENBLAS_CORETYPE", "MKL_DISABLE_FAST_MM")
+THREAD_VARIABLES = (*cpu_threads.VARIABLES, "OPENBLAS_CORETYPE", "MKL_DISABLE_FAST_MM", "MKL_CBWR")
 
 
 @dataclass
