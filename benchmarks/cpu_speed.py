@@ -53,7 +53,7 @@ from caffetool.download import DEFAULT_TIMEOUT
 from caffetool.engine import EngineInfo, import_caffe, locate
 from caffetool.engine import threads as engine_threads
 from caffetool.engine.locate import caffe_env
-from caffetool.engine.recipe import BLAS
+from caffetool.engine.recipe import BLAS, blas_name
 from caffetool.errors import CaffetoolError, EngineNotFound, RunError, SystemDependencyError
 from caffetool.nets import build, generate, model, prototxt, solver
 from caffetool.proc import run_checked
@@ -106,12 +106,6 @@ def blas_of(engine: EngineInfo) -> str:
         return "unknown"
     found = re.findall(r"^\s*(\S*(?:blas|mkl)\S*) => (\S+)", done.stdout, re.MULTILINE)
     return ", ".join(f"{name} -> {os.path.realpath(path)}" for name, path in found) or "none linked"
-
-
-def blas_name(engine: EngineInfo) -> str:
-    """The engine's BLAS by ``engine.install --blas`` name, from its manifest."""
-    cmake = engine.manifest.get("options", {}).get("blas")
-    return next((name for name, value in BLAS.items() if value == cmake), str(cmake))
 
 
 def prepare_lenet(engine: EngineInfo, data_dir: Path, folder: Path, iters: int) -> Path:
@@ -321,7 +315,7 @@ def main() -> None:
 def run(args: argparse.Namespace) -> dict:
     engines = {"stock": locate(args.stock, probe=False), "stock+kernels": locate(args.stock, probe=False),
                "tuned": locate(args.tuned, probe=False)}
-    other = next(name for name in BLAS if name != blas_name(engines["tuned"]))
+    other = next(name for name in BLAS if name != blas_name(engines["tuned"].manifest.get("options", {})))
     other_prefix = args.other or str(config.cache_home() / f"engine-{other}")
     try:
         engines[f"tuned+{other}"] = locate(other_prefix, probe=False)
@@ -336,7 +330,7 @@ def run(args: argparse.Namespace) -> dict:
         if side != "stock+kernels":
             print(f"{side:<10} {engine.prefix} (BLAS: {notes[f'{side}_blas']})")
     tuned = engines["tuned"]
-    notes["tuned_blas_name"] = blas_name(tuned)
+    notes["tuned_blas_name"] = blas_name(tuned.manifest.get("options", {}))
     python = torch_python()
     samples: list[Sample] = []
     extra: dict = {}

@@ -63,7 +63,7 @@ BLAS: dict[str, str] = {
     "mkl": "MKL",
 }
 # MKL where its wheels exist (x86-64): on the AVX-512 Xeon caffetool is measured on, the tuned engine
-# trains LeNet 1.23x as fast on MKL as on OpenBLAS (benchmarks/RESULTS.md); elsewhere OpenBLAS.
+# trains LeNet 1.10-1.23x as fast on MKL as on OpenBLAS (benchmarks/RESULTS.md); elsewhere OpenBLAS.
 DEFAULT_BLAS = "mkl" if platform.machine() == "x86_64" else "openblas"
 
 # Debian/Ubuntu packages needed to fetch, patch and build the engine (CPU or CUDA: CUDA itself
@@ -109,6 +109,12 @@ PYCAFFE_MODULES: dict[str, str] = {
     "six": "six",
     "skimage": "scikit-image",
 }
+
+
+def blas_name(options: dict) -> str:
+    """An engine's BLAS by its ``--blas`` name, from its manifest's recorded options."""
+    cmake = options.get("blas")
+    return next((name for name, value in BLAS.items() if value == cmake), str(cmake))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from caffetool.choices import bounded, choose, count, number, output_file, writa
 from caffetool.engine import install as engine_install
 from caffetool.engine import locate, smoke
 from caffetool.engine.bundle import ZSTD_LEVEL
-from caffetool.engine.recipe import BLAS, DEFAULT_BLAS, BuildOptions
+from caffetool.engine.recipe import BLAS, DEFAULT_BLAS, BuildOptions, blas_name
 from caffetool.errors import ConfigError
 from caffetool.tasks._common import pick, task
 
@@ -125,8 +125,7 @@ def info(c: Context, prefix: str | None = None, json_: bool = False) -> None:
 
 def _blas(manifest: dict) -> str:
     """The BLAS by caffetool's name (``--blas``), with MKL's version where it is MKL."""
-    cmake = manifest["options"].get("blas")
-    name = next((ours for ours, value in BLAS.items() if value == cmake), cmake)
+    name = blas_name(manifest["options"])
     return f"{name} {manifest['mkl']['version']}" if manifest.get("mkl") else name
 
 
