@@ -79,7 +79,7 @@ def run(engine: Any, caffe: Any, case: Case, threads: int = 1) -> Row:
     start = time.perf_counter()
     head = f"{case.name:<13} {case.batch:>5} {case.solver:<6}"
     try:
-        options = est.Options(solver=case.solver, input_shape=shape, threads=threads, parallel=engine.tuned)
+        options = est.Options(solver=case.solver, input_shape=shape, threads=threads, tuned=engine.tuned)
         e: int | None = est.estimate(net, options).total
         refusal = ""
     except CaffetoolError as error:

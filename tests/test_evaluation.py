@@ -135,6 +135,21 @@ def test_top_k_is_bounded_by_the_classes_and_the_command_refuses_zero(engine, ru
     assert lines[-1] == f"written:    {folder}"
 
 
+def test_gpu_flags_are_refused_on_a_cpu_engine_before_any_work(engine, run_copy):
+    """evaluate, demo.serve and demo.classify take --gpu; this engine is CPU-only, so a GPU is refused
+    with the fix, and so is a GPU for OpenCV's backend or several GPUs for one pycaffe net."""
+    before = sorted(p.name for p in run_copy.rglob("*"))
+    for argv in (["evaluate", str(run_copy), "--gpu", "0"], ["demo.serve", "--run", str(run_copy), "--gpu", "0"],
+                 ["demo.classify", str(run_copy / "deploy.prototxt"), "--run", str(run_copy), "--gpu", "0"]):
+        done = subprocess.run([CAFFETOOL, *argv], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, argv
+        assert done.stderr.startswith(f"Error: --gpu 0 asks for a GPU, but the engine at {engine.prefix} was built "
+                                      "CPU-only; rebuild it with `caffetool engine.install --cuda --force`"), done.stderr
+    done = subprocess.run([CAFFETOOL, "evaluate", str(run_copy), "--gpu", "all"], capture_output=True, text=True)
+    assert done.returncode == 1 and "pycaffe runs a net on one device" in done.stderr
+    assert sorted(p.name for p in run_copy.rglob("*")) == before
+
+
 def test_a_net_that_is_no_classifier_is_refused(engine, run_copy, tmp_path):
     other = Path(shutil.copytree(run_copy, tmp_path / "other", ignore=shutil.ignore_patterns("eval", "tensorboard")))
     (other / "labels.txt").write_text("a\nb\nc\n")

@@ -62,17 +62,17 @@ def test_a_blob_feeding_two_layers_gets_a_split_with_its_own_gradients(caffe):
     assert splits["label_in_1_split"].diff_bytes == 0  # labels get no gradient
 
 
-@pytest.mark.parametrize("parallel", [False, True])
-def test_1x1_convolution_needs_no_im2col(caffe, parallel):
+@pytest.mark.parametrize("tuned", [False, True])
+def test_1x1_convolution_needs_no_im2col(caffe, tuned):
     """BVLC's engine keeps one image's columns; the OpenMP engine a chunk of images' columns and outputs."""
-    options = est.Options(test_net=False, parallel=parallel)
+    options = est.Options(test_net=False, tuned=tuned)
     three = est.estimate(small(caffe, k=3, pad=1), options)
     one = est.estimate(small(caffe, k=1, pad=0), options)
     conv3 = next(r for r in three.rows if r.layer == "conv")
     conv1 = next(r for r in one.rows if r.layer == "conv")
     bias_multiplier = 10 * 10 * 4
     columns, outputs = 3 * 3 * 3 * 10 * 10, 4 * 10 * 10  # C x k x k x Ho x Wo, and one image's top
-    chunk = 8 * (columns + outputs) if parallel else columns  # the whole batch of 8 in one chunk
+    chunk = 8 * (columns + outputs) if tuned else columns  # the whole batch of 8 in one chunk
     assert conv3.scratch_bytes - bias_multiplier == chunk * 4
     assert conv1.scratch_bytes == bias_multiplier
 
@@ -131,16 +131,16 @@ def test_estimate_matches_what_caffe_allocates_for_lenet(caffe, engine):
     assert abs(e.total - got["allocated"]) / got["allocated"] <= 0.02
 
 
-@pytest.mark.parametrize("mode,parallel", [("gpu", True), ("cpu", False), ("cpu", True)])
-def test_per_sample_and_fixed_parts_add_up(caffe, mode, parallel):
+@pytest.mark.parametrize("mode,tuned", [("gpu", True), ("cpu", False), ("cpu", True)])
+def test_per_sample_and_fixed_parts_add_up(caffe, mode, tuned):
     """Memory grows linearly with the batch; on the OpenMP engine's CPU the convolutions' scratch stops
     growing at 8 MiB a thread, so there the line is an upper bound."""
     source = nets.load(caffe, "lenet", None, None, None, batch=64)
-    options = est.Options(input_shape=source.input_shape, mode=mode, parallel=parallel)
+    options = est.Options(input_shape=source.input_shape, mode=mode, tuned=tuned)
     fixed, per = est.per_sample(source.net, options)
     for batch in (10, 100):
         total = est.estimate(source.net, replace(options, batch=batch)).total  # what per_sample splits
-        if mode == "cpu" and parallel and batch == 100:  # LeNet's conv2 chunks: 59 images at most
+        if mode == "cpu" and tuned and batch == 100:  # LeNet's conv2 chunks: 59 images at most
             assert total < fixed + batch * per < 1.3 * total
         else:
             assert abs(total - (fixed + batch * per)) / total < 0.01

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf import text_format
 
+from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
 from caffetool.memory import graph, measure
 
@@ -208,7 +209,8 @@ def calibration_net(layers: int) -> str:
 
 
 # benchmarks/RESULTS.md ("1, 4 and 16 convolutions of 8 channels", NVML on an H100, raw record
-# benchmarks/gpu/h100-memory.json): device memory over the one-layer baseline net, cuDNN on.
+# benchmarks/gpu/h100-memory.json): device memory over the one-layer baseline net, cuDNN on, on an
+# engine with BVLC's cuDNN layers (each convolution its own handles and workspace: a stock engine).
 MEASURED_MIB = {1: 30.0, 4: 114.0, 16: 448.0}
 
 
@@ -216,23 +218,51 @@ MEASURED_MIB = {1: 30.0, 4: 114.0, 16: 448.0}
 def test_gpu_cudnn_convolutions_cost_what_the_h100_measured(caffe, layers):
     from caffetool.memory.gpumeasure import BASELINE_NET
 
-    options = est.Options(mode="gpu", cudnn=True, test_net=False)
+    options = est.Options(mode="gpu", cudnn=True, test_net=False, tuned=False)
     base = est.estimate(parse(caffe, BASELINE_NET), options).total
     extra = (est.estimate(parse(caffe, calibration_net(layers)), options).total - base) / 2**20
     # the CUDA allocator hands out memory in 2 MiB pages, which the estimate does not round to
     assert abs(extra - MEASURED_MIB[layers]) <= 2.0 + 0.02 * MEASURED_MIB[layers]
 
 
+def test_the_tuned_engine_shares_one_cudnn_handle_and_workspace(caffe, monkeypatch):
+    """Patch 0006: one handle and one workspace per thread and device, whatever the number of cuDNN
+    layers, so 16 convolutions take no more workspace than 1; the workspace is the largest single
+    need (here one image's im2col columns), capped by CAFFE_CUDNN_WORKSPACE_MB."""
+    from caffetool.memory.gpumeasure import BASELINE_NET
+
+    monkeypatch.delenv("CAFFE_CUDNN_WORKSPACE_MB", raising=False)
+    tuned, stock = (est.Options(mode="gpu", cudnn=True, test_net=False, tuned=t) for t in (True, False))
+
+    def workspace(text: str, options: est.Options) -> int:
+        return est.estimate(parse(caffe, text), options).groups["workspace"]
+
+    base = workspace(BASELINE_NET, tuned)  # its SoftmaxWithLoss is cuDNN's: the handle is there already
+    assert est.CUDNN_HANDLE_BYTES <= base < est.CUDNN_HANDLE_BYTES + 1024
+    columns = 8 * 9 * 16 * 16 * 4  # one image's im2col columns: 8 channels x 3x3 over 16x16
+    assert workspace(calibration_net(1), tuned) - base == columns
+    assert workspace(calibration_net(16), tuned) == workspace(calibration_net(1), tuned)
+    rows = est.estimate(parse(caffe, calibration_net(16)), tuned).rows
+    assert [r.layer for r in rows if r.scratch_bytes >= est.CUDNN_HANDLE_BYTES] == ["c1"]
+    assert workspace(calibration_net(16), stock) - base > 16 * 3 * est.CUDNN_HANDLE_BYTES
+    monkeypatch.setenv("CAFFE_CUDNN_WORKSPACE_MB", "0.01")  # 10,485 bytes: the cap binds
+    assert workspace(calibration_net(1), tuned) - base == int(0.01 * 2**20)
+    monkeypatch.setenv("CAFFE_CUDNN_WORKSPACE_MB", "lots")
+    with pytest.raises(ConfigError, match="CAFFE_CUDNN_WORKSPACE_MB='lots': give a number of MiB"):
+        workspace(calibration_net(1), tuned)
+
+
 def test_cudnn_replaces_only_the_layers_bvlc_caffe_gives_it(caffe):
     """layer_factory.cpp: MAX pooling keeps Caffe's own layer, AVE pooling and ReLU get cuDNN;
     BVLC Caffe 1.0 has no cuDNN BatchNorm (there is no cudnn_batch_norm_layer)."""
     text = CASES["resnet-block"]
-    with_cudnn = est.estimate(parse(caffe, text), est.Options(mode="gpu", cudnn=True, test_net=False))
+    stock = est.Options(mode="gpu", cudnn=True, test_net=False, tuned=False)  # a handle per cuDNN layer
+    with_cudnn = est.estimate(parse(caffe, text), stock)
     handles = {r.layer: r.scratch_bytes >= est.CUDNN_HANDLE_BYTES for r in with_cudnn.rows}
     assert handles["conv"] and handles["relu"] and handles["gap"] and handles["loss"]
     assert not handles["bn"] and not handles["scale"] and not handles["sum"]
     mixed = CASES["conv-relu-pool-ip"]
-    rows = {r.layer: r for r in est.estimate(parse(caffe, mixed), est.Options(mode="gpu", cudnn=True)).rows}
+    rows = {r.layer: r for r in est.estimate(parse(caffe, mixed), est.Options(mode="gpu", cudnn=True, tuned=False)).rows}
     assert rows["pool"].scratch_bytes == 8 * C * 16 * 16 * 4  # max_idx only: no cuDNN handle
 
 

@@ -70,3 +70,47 @@ def test_asking_for_the_suite_on_an_installed_engine_says_how_to_run_it(engine):
     assert done.returncode == 0, done.stderr
     assert "no build ran Caffe's test suite: add --force" in done.stdout
     assert f"already installed at {engine.prefix}" in done.stdout
+
+
+def test_which_tests_run_follows_the_build_and_the_machine():
+    """A CPU build: its CPU tests on one thread and several. A CUDA build: all of them where a GPU is,
+    its CPU half where none is (typed GPU tests are /2 and /3; cuDNN and im2col-kernel tests are
+    GPU tests whose names do not say so; the brew-mode test leaves the process in GPU mode)."""
+    cpu = suite.plan(cuda=False, openmp=True, gpu_visible=False)
+    assert cpu.test_filter == "--gtest_filter=-*GPU*" and cpu.threads[0] == 1 and len(cpu.threads) == 2
+    assert suite.plan(cuda=False, openmp=False, gpu_visible=False).threads == (1,)
+    assert suite.plan(cuda=True, openmp=False, gpu_visible=True) == suite.Plan("", (1,))
+    half = suite.plan(cuda=True, openmp=False, gpu_visible=False).test_filter
+    assert half == "--gtest_filter=-*GPU*:*/2.*:*/3.*:CuDNN*:Im2colKernelTest*:CommonTest.TestBrewMode"
+
+
+def test_a_plan_reaches_the_test_binary(tmp_path):
+    """The stand-in test.testbin (a script, built by real make) records the arguments it is given."""
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    passing = FAILING_RUN.splitlines()[0] + "\n[==========] 3 tests from 1 test case ran. (1 ms total)\n[  PASSED  ] 3 tests.\n"
+    (tmp_path / "run.out").write_text(passing)
+    (build_dir / "Makefile").write_text(
+        f"{suite.TARGET}:\n\tmkdir -p test && printf '#!/bin/sh\\necho \"$$@\" > {tmp_path / 'args'}; "
+        f"cat {tmp_path / 'run.out'}\\n' > test/{suite.TARGET} && chmod +x test/{suite.TARGET}\n")
+    runs = suite.run(tmp_path, build_dir, 1, tmp_path / "log", {}, suite.plan(cuda=True, openmp=False, gpu_visible=False))
+    assert [(r.threads, r.passed) for r in runs] == [(1, 3)]
+    assert (tmp_path / "args").read_text().strip() == suite.CUDA_BUILD_CPU_FILTER
+    suite.run(tmp_path, build_dir, 1, tmp_path / "log", {}, suite.plan(cuda=True, openmp=False, gpu_visible=True))
+    assert (tmp_path / "args").read_text().strip() == ""  # every test
+
+
+def test_the_built_suite_is_kept_with_its_library_and_data(tmp_path):
+    tree, build_dir = tmp_path / "src-tree", tmp_path / "build"
+    (tree / "src" / "caffe" / "test" / "test_data").mkdir(parents=True)
+    (tree / "src" / "caffe" / "test" / "test_data" / "sample_data.h5").write_bytes(b"hdf5")
+    (build_dir / "test").mkdir(parents=True)
+    (build_dir / "lib").mkdir()
+    (build_dir / "test" / suite.TARGET).write_bytes(b"\x7fELF test")
+    (build_dir / "lib" / "libcaffe.so.1.0.0").write_bytes(b"\x7fELF lib")
+    kept = suite.keep(tree, build_dir, tmp_path / "kept")
+    assert (kept / "bin" / suite.TARGET).read_bytes() == b"\x7fELF test"
+    assert (kept / "bin" / "libcaffe.so.1.0.0").read_bytes() == b"\x7fELF lib"
+    assert (kept / "src" / "caffe" / "test" / "test_data" / "sample_data.h5").read_bytes() == b"hdf5"
+    assert (kept / "source.txt").read_text() == f"{tree}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "kept", "src-tree"]  # no staging left

@@ -241,6 +241,45 @@ def test_gpu_flags_for_cuda_engines(tmp_path):
         devices.choose(four, "5")
 
 
+class StandInPycaffe:
+    """pycaffe's mode calls, recorded: a GPU to switch to cannot exist on these machines."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def set_mode_cpu(self) -> None:
+        self.calls.append(("cpu",))
+
+    def set_mode_gpu(self) -> None:
+        self.calls.append(("gpu",))
+
+    def set_device(self, gpu: int) -> None:
+        self.calls.append(("device", gpu))
+
+
+def test_pycaffe_runs_on_one_named_gpu_or_the_cpu(tmp_path):
+    two = stand_in_engine(tmp_path, 2, nccl=True)
+    assert devices.for_pycaffe(two, "cpu") is devices.CPU and devices.for_pycaffe(two, None) is devices.CPU
+    one = devices.for_pycaffe(two, "1")
+    assert (one.gpu, one.label, one.flag) == (1, "GPU 1 (Tesla M40)", ["-gpu", "1"])
+    assert devices.for_pycaffe(two, "auto").gpu == 0
+    assert devices.for_pycaffe(stand_in_engine(tmp_path, 0, nccl=True), "auto") is devices.CPU
+    for request, why in (("all", "pycaffe runs a net on one device"), ("0,1", "pycaffe runs a net on one device"),
+                         ("2", r"--gpu 2: 2 GPU\(s\) visible")):
+        with pytest.raises(ConfigError, match=why):
+            devices.for_pycaffe(two, request)
+    pycaffe = StandInPycaffe()
+    one.activate(pycaffe)
+    devices.CPU.activate(pycaffe)
+    assert pycaffe.calls == [("gpu",), ("device", 1), ("cpu",)]
+
+
+def test_pycaffe_gpu_on_a_cpu_engine_is_refused(engine):
+    with pytest.raises(ConfigError, match=r"--gpu 0 asks for a GPU, but the engine at .* was built CPU-only; "
+                                          r"rebuild it with `caffetool engine.install --cuda --force`"):
+        devices.for_pycaffe(engine, "0")
+
+
 def test_caffe_train_command(engine):
     from caffetool.train.runner import caffe_train_argv
 

@@ -30,6 +30,7 @@ from caffetool.choices import choose
 from caffetool.errors import ConfigError, DataError, NetError, RunError
 from caffetool.nets import check, prototxt, transform
 from caffetool.train import snapshots
+from caffetool.train.devices import CPU, PycaffeDevice
 
 BACKENDS = ("caffe", "opencv")
 
@@ -185,9 +186,13 @@ def _first_convolution(net: Any) -> str | None:
     return next((name for name, layer in zip(net._layer_names, net.layers) if layer.type == "Convolution"), None)
 
 
-def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate: bool = True) -> Classifier:
-    """The model ready to classify, proven first: built in a child, labels matching the outputs."""
+def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate: bool = True,
+         device: PycaffeDevice = CPU) -> Classifier:
+    """The model ready to classify, proven first: built in a child, labels matching the outputs;
+    pycaffe's on ``device`` (activated in whichever thread answers, since pycaffe's mode is per thread)."""
     backend = choose(backend, BACKENDS, "--backend")
+    if device.gpu is not None and backend != "caffe":
+        raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; OpenCV's runs on the CPU (use --gpu cpu)")
     if files.run and not Path(files.deploy).is_file() and (files.run / "train_net.prototxt").is_file():
         raise RunError(f"{files.run} trained a net that is not a classifier (no SoftmaxWithLoss), so it has "
                        f"no deploy net to serve; train it again with --deploy FILE")
@@ -207,10 +212,12 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     transform = _transform(caffe, files, channels, height, width)
     net = None
     if backend == "caffe":
+        device.activate(caffe)
         net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
         data = net.inputs[0] if net.inputs else "data"
 
         def forward(blob: np.ndarray) -> np.ndarray:
+            device.activate(caffe)
             if net.blobs[data].data.shape != blob.shape:  # one image, or ten oversampled crops
                 net.blobs[data].reshape(*blob.shape)
                 net.reshape()

@@ -27,26 +27,28 @@ from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.server import create_app
 from caffetool.engine import EngineInfo, import_caffe, locate
 from caffetool.errors import ConfigError
+from caffetool.train.devices import CPU, PycaffeDevice
 
 CONFIG_VARIABLE = "CAFFETOOL_DEMO_CONFIG"
 KEEP_ALIVE_TIMEOUT = 5  # seconds a connection may wait for its first request, or its next one
 
 
 def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, host: str, port: int,
-          max_body: int, workers: int = 1) -> None:
+          max_body: int, workers: int = 1, device: PycaffeDevice = CPU) -> None:
     """Load and check the model, then serve it until Ctrl-C; the address is checked first."""
     check_address(host, port)
-    classifier = demo_classifier.load(engine, files, backend)  # fails start-up on a bad model
+    classifier = demo_classifier.load(engine, files, backend, device=device)  # fails start-up on a bad model
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     warning = network_warning(host)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    print(f"serving {classifier.name} ({backend}) on http://{host}:{port}/ — Ctrl-C stops", flush=True)
+    print(f"serving {classifier.name} ({backend}, {device.label}) on http://{host}:{port}/ — Ctrl-C stops", flush=True)
     if workers <= 1:
         uvicorn.run(create_app(classifier, max_body, caffe_pb2), **uvicorn_options(host, port))
         return
     os.environ[CONFIG_VARIABLE] = json.dumps({
-        "prefix": str(engine.prefix), "backend": backend, "max_body": max_body,
+        "prefix": str(engine.prefix), "backend": backend, "max_body": max_body, "gpu": device.gpu,
+        "device": device.label,
         "files": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()},
     })
     uvicorn.run("caffetool.demo.serving:app_from_environment", factory=True, workers=workers,
@@ -103,5 +105,6 @@ def app_from_environment() -> Starlette:
     files = demo_classifier.ModelFiles(**{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v)
                                           for k, v in f.items()})
     engine = locate(config["prefix"], probe=False)
-    classifier = demo_classifier.load(engine, files, config["backend"], validate=False)
+    device = PycaffeDevice(config["gpu"], config["device"])
+    classifier = demo_classifier.load(engine, files, config["backend"], validate=False, device=device)
     return create_app(classifier, config["max_body"], import_caffe(engine).proto.caffe_pb2)

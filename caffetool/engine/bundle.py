@@ -165,18 +165,31 @@ def _cuda_section(engine: EngineInfo, needed: set[str]) -> dict | None:
             raise BundleError(f"the engine needs {soname}, which no CUDA {major} wheel declared in "
                               "caffetool/engine/cudalibs.py provides")
         libraries.append({"soname": soname, "wheel": lib.wheel, "folder": lib.folder})
-    requirements = sorted({cudalibs.library(major, s).requirement for s in needed})
+    built_against = engine.manifest.get("cuda_wheels", _kit_wheels(engine))
+    requirements = sorted({cudalibs.requirement(cudalibs.library(major, s), built_against) for s in needed})
     options = engine.manifest.get("options", {})
     return {
         "major": major,
         "arch": list(options.get("cuda_arch", [])),
         "cudnn": bool(options.get("use_cudnn")),
         "nccl": bool(options.get("use_nccl")),
-        "built_against": engine.manifest.get("cuda_wheels", _kit_wheels(engine)),
+        "built_against": built_against,
         "libraries": libraries,
         "requirements": requirements,
         "folders": sorted({lib["folder"] for lib in libraries}),
     }
+
+
+def cuda_versions(engine: EngineInfo) -> tuple[list[str], dict[str, str | None]]:
+    """The CUDA library wheels a GPU engine was built against (``name==version``) and those it runs
+    with: for an engine installed from a bundle, the wheels of this Python its ``lib/nvidia`` link
+    finds; for one built here, the toolkit folder it was built against."""
+    installed = engine.manifest.get("bundle") or {}
+    if installed.get("cuda_requirements"):
+        names = [req.partition(">=")[0] for req in installed["cuda_requirements"]]
+        return installed.get("cuda_built_against") or [], cudalibs.installed(names)
+    built = engine.manifest.get("cuda_wheels", _kit_wheels(engine))
+    return built, {pin.partition("==")[0]: pin.partition("==")[2] for pin in built}
 
 
 def _kit_wheels(engine: EngineInfo) -> list[str]:
@@ -352,6 +365,8 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
         build = json.loads((tree / MANIFEST).read_text())
         build["bundle"] = {"file": Path(bundle).name, "sha256": found, "glibc_floor": manifest["glibc_floor"],
                            "vendored": sorted(manifest["vendored"]), "cuda_libraries": str(cuda_dir) if cuda_dir else None,
+                           "cuda_built_against": (manifest.get("cuda") or {}).get("built_against"),
+                           "cuda_requirements": (manifest.get("cuda") or {}).get("requirements"),
                            "installed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         (tree / MANIFEST).write_text(json.dumps(build, indent=2) + "\n")
         _smoke(tree)
@@ -448,8 +463,17 @@ def _cuda_libraries(cuda: dict, pip: bool, say: Callable[[str], None]) -> Path:
     """The ``site-packages/nvidia`` folder holding every CUDA library the bundle needs (pip-installing
     the declared wheels into this Python when they are missing)."""
     found = find_cuda_folder(cuda)
-    if found is not None:
+    old = cudalibs.too_old(cuda["requirements"]) if found is not None else []
+    if found is not None and not old:
         return found
+    if old and not pip:
+        raise EngineError(f"this bundle was built against newer CUDA libraries than {sys.executable} has: "
+                          f"{'; '.join(old)}; pip install -U {' '.join(repr(r) for r in cuda['requirements'])}")
+    if old:
+        say(f"upgrading CUDA wheels older than the bundle was built against: {'; '.join(old)}")
+        run_checked([sys.executable, "-m", "pip", "install", "-q", "-U", *cuda["requirements"]],
+                    what=f"pip install -U {' '.join(cuda['requirements'])}", error=EngineError)
+        return find_cuda_folder(cuda) or found
     if not pip:
         raise EngineError(f"the CUDA libraries this bundle needs are not installed in {sys.executable}: "
                           f"pip install {' '.join(cuda['requirements'])}")

@@ -33,6 +33,16 @@ def check_prefix() -> Path:
     return config.cache_home() / "engine-cuda-check"
 
 
+def suite_folder() -> Path:
+    """Where ``--test-suite`` keeps the compile-checked engine's test suite, for a machine with a GPU."""
+    return config.cache_home() / "engine-cuda-check-suite"
+
+
+def toolkit_folder() -> Path:
+    """The CUDA toolkit folder compile-only builds use: nvcc's tree and the CUDA wheels, merged once."""
+    return cudakit.assemble(config.cache_home() / "cuda-toolkit-13", config.cache_home() / "cuda-wheels")
+
+
 @dataclass
 class CheckResult:
     prefix: Path
@@ -44,9 +54,13 @@ class CheckResult:
 
 
 def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, source: str | None = None,
-                  extra_cmake: tuple[str, ...] = (), say: Callable[[str], object] = print) -> CheckResult:
-    """Build the CUDA engine into a side prefix; its ``caffe`` must run, and fail to find a GPU."""
-    kit = cudakit.assemble(config.cache_home() / "cuda-toolkit-13", config.cache_home() / "cuda-wheels")
+                  extra_cmake: tuple[str, ...] = (), say: Callable[[str], object] = print,
+                  test_suite: bool = False) -> CheckResult:
+    """Build the CUDA engine into a side prefix; its ``caffe`` must run, and fail to find a GPU.
+
+    ``test_suite``: build Caffe's test suite too, run its CPU half (its GPU half where a GPU is), and
+    keep it in :func:`suite_folder` for a machine with a GPU."""
+    kit = toolkit_folder()
     prefix = check_prefix()
     options = BuildOptions(cuda=True, cudnn=True, nccl=True, cuda_arch=arch, extra_cmake=(
         f"-DCUDA_TOOLKIT_ROOT_DIR={kit}", f"-DCUDNN_ROOT={kit}",
@@ -54,7 +68,7 @@ def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, 
         *extra_cmake))
     say(f"CUDA toolkit folder: {kit}")
     result = install(prefix=prefix, options=options, source_location=source, jobs=jobs, force=True,
-                     say=say, link=False)
+                     say=say, link=False, test_suite=test_suite, keep_suite=suite_folder() if test_suite else None)
     log = Path(result.engine.prefix / "share" / "caffetool" / "build.log")
     text = log.read_text(errors="replace")
     objects = len(set(re.findall(r"Building NVCC \(Device\) object (\S+)", text)))

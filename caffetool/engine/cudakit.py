@@ -26,8 +26,8 @@ WHEELS: tuple[str, ...] = (
     "nvidia-cublas==13.0.2.14",
     "nvidia-curand==10.4.0.35",
     "nvidia-cuda-cccl==13.0.85",
-    "nvidia-cudnn-cu13==9.28.0.42",
-    "nvidia-nccl-cu13==2.32.3",
+    "nvidia-cudnn-cu13==9.12.0.46",
+    "nvidia-nccl-cu13==2.27.7",
 )
 
 

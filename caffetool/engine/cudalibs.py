@@ -9,6 +9,7 @@ The folder layout changed with CUDA 13: the toolkit libraries moved into ``nvidi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import metadata
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,45 @@ def library(major: int, soname: str) -> CudaLibrary | None:
 
 def is_cuda_soname(soname: str) -> bool:
     return any(lib.soname == soname for libs in CUDA_LIBRARIES.values() for lib in libs)
+
+
+def requirement(lib: CudaLibrary, built_against: list[str]) -> str:
+    """What a bundle declares for ``lib``: its wheel at the version the engine was built against, or
+    newer within the major (NVIDIA supports running on a newer minor than the one built against,
+    never an older one); the wheel's whole major where the build's version is not known."""
+    for pin in built_against:
+        name, _, version = pin.partition("==")
+        if name == lib.wheel and version:
+            return f"{lib.wheel}>={version},<{lib.requirement.rsplit(',<', 1)[1]}"
+    return lib.requirement
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def installed(names: list[str]) -> dict[str, str | None]:
+    """The version of each wheel installed in this Python (None: not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def too_old(requirements: list[str]) -> list[str]:
+    """Each requirement (``name>=floor,<ceiling``) that the installed wheel of this Python misses,
+    as "name VERSION (needs >=floor)"; a wheel not installed counts as missing."""
+    missing = []
+    for req in requirements:
+        name, _, spec = req.partition(">=")
+        floor, _, ceiling = spec.partition(",<")
+        have = installed([name])[name]
+        if have is None:
+            missing.append(f"{name} not installed (needs >={floor})")
+            continue
+        if version_tuple(have) < version_tuple(floor) or (ceiling and version_tuple(have) >= version_tuple(ceiling)):
+            missing.append(f"{name} {have} (needs >={floor},<{ceiling})")
+    return missing

@@ -27,7 +27,7 @@ from pathlib import Path
 import caffetool
 from caffetool import apt, config, fsio
 from caffetool.engine import build, cpu, mkl, source, suite
-from caffetool.engine.locate import MANIFEST, EngineInfo, locate
+from caffetool.engine.locate import MANIFEST, EngineInfo, locate, visible_gpus
 from caffetool.checksum import sha256_file
 from caffetool.engine.recipe import (
     BUILD_PACKAGES,
@@ -64,12 +64,14 @@ def install(
     say: Callable[[str], None] = print,
     link: bool = True,
     test_suite: bool = False,
+    keep_suite: Path | None = None,
 ) -> InstallResult:
     """Build and install the engine into ``prefix`` unless an equal working one is there.
 
     ``link=False`` leaves this interpreter's ``import caffe`` alone (for side builds, such as
     the compile-only CUDA check). ``test_suite`` runs Caffe's own tests on the build before it is
-    installed (:mod:`caffetool.engine.suite`).
+    installed (:mod:`caffetool.engine.suite`); ``keep_suite`` also keeps the built suite in that folder
+    (a CUDA engine built where no GPU is runs its GPU half elsewhere).
     """
     started = time.monotonic()
     root = config.engine_prefix(prefix)
@@ -101,7 +103,7 @@ def install(
     with fsio.staging_folder(root) as staging:
         say(f"building Caffe {CAFFE_SOURCE.version} into {root} (log: {log})")
         manifest = _build(root, staging, options, source_location, debian_mirror, jobs, log, timings, progress,
-                          test_suite, say)
+                          test_suite, say, keep_suite)
         timings["total"] = round(time.monotonic() - started, 1)
         manifest["timings_s"] = timings
         staged = staging / "root" / root.relative_to(root.anchor)
@@ -156,7 +158,7 @@ def project_patches(options: BuildOptions = BuildOptions()) -> list[tuple[str, s
 def _build(
     root: Path, staging: Path, options: BuildOptions, source_location: str | None,
     debian_mirror: str | None, jobs: int | None, log: Path, timings: dict[str, float], progress: bool,
-    test_suite: bool, say: Callable[[str], None],
+    test_suite: bool, say: Callable[[str], None], keep_suite: Path | None = None,
 ) -> dict:
     cache = config.cache_home() / "sources"
     tree, build_dir, destdir = staging / "src", staging / "build", staging / "root"
@@ -180,8 +182,11 @@ def _build(
     runs: list[suite.SuiteRun] = []
     if test_suite:
         say(f"building and running Caffe's test suite (log: {log})")
+        how = suite.plan(options.cuda, options.openmp, bool(options.cuda and visible_gpus()))
         with _timed(timings, "test_suite"):
-            runs = suite.run(tree, build_dir, jobs, log, {**os.environ, **cpu.blas_environment(os.environ)})
+            runs = suite.run(tree, build_dir, jobs, log, {**os.environ, **cpu.blas_environment(os.environ)}, how)
+        if keep_suite is not None:
+            say(f"Caffe's test suite kept in {suite.keep(tree, build_dir, keep_suite)}")
         for run in runs:
             say(f"Caffe's test suite on {run.threads} thread(s): {run.passed} of {run.tests} tests passed "
                 f"in {run.seconds:.0f} s")

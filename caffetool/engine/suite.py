@@ -12,16 +12,23 @@ moved into place, and the error names the tests and the log.
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from caffetool import fsio
 from caffetool.engine import build, threads as engine_threads
 from caffetool.errors import BuildError
 
 TARGET = "test.testbin"
-# The CPU tests; a CUDA build compiles GPU tests too, which need a GPU.
+# The CPU tests of a CPU-only build (which has no GPU tests but those named so).
 CPU_FILTER = "--gtest_filter=-*GPU*"
+# A CUDA build's CPU half, where no GPU is: its typed tests run CPU float and double as /0 and /1
+# and the GPU ones as /2 and /3 (TestDtypesAndDevices); the cuDNN layers and the im2col kernels
+# are GPU tests whose names do not say so; CommonTest.TestBrewMode leaves the process in GPU mode,
+# where the tests after it would pin host memory through the driver.
+CUDA_BUILD_CPU_FILTER = "--gtest_filter=-*GPU*:*/2.*:*/3.*:CuDNN*:Im2colKernelTest*:CommonTest.TestBrewMode"
 RAN = re.compile(r"^\[==========\] (\d+) tests? from \d+ test cases? ran")
 PASSED = re.compile(r"^\[  PASSED  \] (\d+) tests?")
 FAILED = re.compile(r"^\[  FAILED  \] (\S+)")
@@ -41,19 +48,39 @@ def thread_counts(cores: int) -> tuple[int, ...]:
     return (1, max(2, cores))
 
 
-def run(tree: Path, build_dir: Path, jobs: int, log: Path, env: dict[str, str]) -> list[SuiteRun]:
-    """Build the suite in ``build_dir`` and run it from ``tree`` on each of ``thread_counts``."""
+@dataclass(frozen=True)
+class Plan:
+    """Which tests run, and on how many threads."""
+
+    test_filter: str
+    threads: tuple[int, ...]
+
+
+def plan(cuda: bool, openmp: bool, gpu_visible: bool) -> Plan:
+    """A CPU build: its CPU tests, on one thread and on several where its layers are parallel. A CUDA
+    build (serial CPU layers): every test where a GPU is visible, its CPU half where none is."""
+    counts = thread_counts(engine_threads.available()) if openmp else (1,)
+    if not cuda:
+        return Plan(CPU_FILTER, counts)
+    return Plan("" if gpu_visible else CUDA_BUILD_CPU_FILTER, (1,))
+
+
+def run(tree: Path, build_dir: Path, jobs: int, log: Path, env: dict[str, str],
+        how: Plan | None = None) -> list[SuiteRun]:
+    """Build the suite in ``build_dir`` and run it from ``tree`` as ``how`` says (default: a CPU
+    build's tests on one thread and on several)."""
+    how = how or plan(cuda=False, openmp=True, gpu_visible=False)
     build.run_step(["make", f"-j{jobs}", TARGET], build_dir, log, "the build of Caffe's test suite")
     binary = build_dir / "test" / TARGET
     runs = []
-    for threads in thread_counts(engine_threads.available()):
+    for threads in how.threads:
         lines: list[str] = []
         started = time.monotonic()
         suite_env = dict(env)
         engine_threads.apply(threads, suite_env)
         try:
-            build.run_step([str(binary), CPU_FILTER], tree, log, f"Caffe's test suite on {threads} thread(s)",
-                           on_line=lines.append, env=suite_env)
+            build.run_step([str(binary), *filter(None, [how.test_filter])], tree, log,
+                           f"Caffe's test suite on {threads} thread(s)", on_line=lines.append, env=suite_env)
         except BuildError:
             done = summarise(lines, threads, time.monotonic() - started)
             if not done.failed:
@@ -83,3 +110,16 @@ def summarise(lines: list[str], threads: int, seconds: float) -> SuiteRun:
     if tests == 0:
         raise BuildError("Caffe's test suite ran no tests (no googletest summary line)")
     return SuiteRun(threads, tests, passed, failed, round(seconds, 1))
+
+
+def keep(tree: Path, build_dir: Path, dest: Path) -> Path:
+    """The built suite, kept beside an engine for a machine with a GPU (``benchmarks/gpu_proof.py``):
+    ``bin/`` the test binary and the ``libcaffe`` it was linked with, ``src/caffe/test/test_data``,
+    and ``source.txt``, the source root whose absolute path the binary reads its test data from."""
+    with fsio.staged_dir(dest) as tmp:
+        (tmp / "bin").mkdir()
+        for built in (build_dir / "test" / TARGET, build_dir / "lib" / "libcaffe.so.1.0.0"):
+            shutil.copy2(built, tmp / "bin" / built.name)
+        shutil.copytree(tree / "src" / "caffe" / "test" / "test_data", tmp / "src" / "caffe" / "test" / "test_data")
+        (tmp / "source.txt").write_text(f"{tree}\n")
+    return dest

@@ -19,8 +19,9 @@ import numpy as np
 
 from caffetool.choices import choose
 from caffetool.engine import EngineInfo, import_caffe
-from caffetool.errors import NetError, RunError
+from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import check, prototxt
+from caffetool.train.devices import CPU, PycaffeDevice
 
 BACKENDS = ("caffe", "opencv")
 SUM_TOLERANCE = 1e-3
@@ -41,13 +42,16 @@ class DeployNet:
 
 
 def load(engine: EngineInfo, deploy: Path, weights: Path, backend: str = "caffe",
-         score: str | None = None) -> DeployNet:
+         score: str | None = None, device: PycaffeDevice = CPU) -> DeployNet:
     """The deploy net with ``weights``, built in a child first (Caffe aborts on a corrupt file).
 
     ``score`` names the blob to judge correctness on (the one the trained net's Accuracy layer reads)
-    where the deploy net has it; by default, what the final Softmax reads.
+    where the deploy net has it; by default, what the final Softmax reads. ``device``: where pycaffe
+    runs it (OpenCV's backend runs on the CPU).
     """
     backend = choose(backend, BACKENDS, "--backend")
+    if device.gpu is not None and backend != "caffe":
+        raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; OpenCV's runs on the CPU (use --gpu cpu)")
     if not deploy.is_file():
         raise RunError(f"{deploy.parent} has no {deploy.name}: its net is no classifier caffetool can evaluate "
                        "(a --solver run gets one when its train net ends in SoftmaxWithLoss, or give --deploy FILE)")
@@ -62,7 +66,7 @@ def load(engine: EngineInfo, deploy: Path, weights: Path, backend: str = "caffe"
     if score not in tops:
         score = last.bottom[0] if last.type == "Softmax" and last.bottom else output
     check.validate(engine, deploy.parent, deploy=[deploy.name], weights=str(weights.absolute()))
-    run = (_pycaffe(caffe, deploy, weights, name, shape, score, output) if backend == "caffe"
+    run = (_pycaffe(caffe, deploy, weights, name, shape, score, output, device) if backend == "caffe"
            else _opencv(net, deploy, weights, score, output))
     return DeployNet(name, shape, output, score, backend, run)
 
@@ -80,10 +84,12 @@ def input_of(net: Any, path: Path) -> tuple[str, tuple[int, int, int]]:
 
 
 def _pycaffe(caffe: Any, deploy: Path, weights: Path, name: str, shape: tuple[int, int, int], score: str,
-             output: str) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+             output: str, device: PycaffeDevice) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    device.activate(caffe)
     net = caffe.Net(str(deploy), str(weights), caffe.TEST)
 
     def run(blob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        device.activate(caffe)
         n = len(blob)
         if net.blobs[name].data.shape[0] != n:
             net.blobs[name].reshape(n, *shape)

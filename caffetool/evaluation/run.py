@@ -28,6 +28,7 @@ from caffetool.evaluation import forward, metrics, records, report
 from caffetool.nets import state
 from caffetool.train import evaluate as final_test
 from caffetool.train import snapshots
+from caffetool.train.devices import CPU, PycaffeDevice
 
 DEPLOY, LABELS = "deploy.prototxt", "labels.txt"
 
@@ -47,8 +48,10 @@ class Evaluation:
 
 def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, split: str = "test", top: int = 5,
              backend: str = "caffe", batch_size: int | None = None, caffe_test: bool = True,
-             progress: bool = True, say: Callable[[str], None] = print) -> Evaluation:
-    """Evaluate the run's ``weights`` (default: its newest complete ones) and record it in the run."""
+             progress: bool = True, say: Callable[[str], None] = print,
+             device: PycaffeDevice = CPU) -> Evaluation:
+    """Evaluate the run's ``weights`` (default: its newest complete ones) and record it in the run;
+    on ``device``, where ``caffe test`` runs too, so the two are compared on the same arithmetic."""
     split = choose(split, records.SPLITS, "--split")
     backend = choose(backend, forward.BACKENDS, "--backend")
     pb2 = import_caffe(engine).proto.caffe_pb2
@@ -57,7 +60,7 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
         raise RunError(f"{run_dir} has no .caffemodel yet; train it first (or give --weights FILE)")
     src = records.source(run_dir, split, pb2)
     accuracy = accuracy_blobs(src.test_net.net) if src.test_net else {}
-    net = forward.load(engine, run_dir / DEPLOY, weights, backend, score=accuracy.get(1, (None,))[0])
+    net = forward.load(engine, run_dir / DEPLOY, weights, backend, score=accuracy.get(1, (None,))[0], device=device)
     transform = records.transform_of(src, run_dir)
     names = read_labels(run_dir / LABELS)
     total = db.count(src.path)
@@ -72,9 +75,9 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     measured = None
     if caffe_test and split == "test":
         say(f"caffe test on the same {results.count} records for comparison")
-        measured = measure(engine, run_dir, src, weights, results, accuracy)
+        measured = measure(engine, run_dir, src, weights, results, accuracy, device.flag)
     summary = report.summary(
-        results, names, weights=str(weights), split=split, source=str(src.path), backend=backend,
+        results, names, weights=str(weights), split=split, source=str(src.path), backend=backend, device=device.label,
         batch_size=size, seconds=seconds, caffe_test=measured, at=dt.datetime.now().isoformat(timespec="seconds"))
     folder = run_dir / report.FOLDER / folder_name(weights, split, backend)
     mistakes = _mistakes(results, names, src, transform, pb2)
@@ -125,7 +128,7 @@ def accuracy_blobs(net: Any) -> dict[int, tuple[str, str]]:
 
 
 def measure(engine: EngineInfo, run_dir: Path, src: records.Source, weights: Path, results: metrics.Results,
-            accuracy: dict[int, tuple[str, str]]) -> dict[str, Any]:
+            accuracy: dict[int, tuple[str, str]], gpu_flag: list[str] | None = None) -> dict[str, Any]:
     """``caffe test``'s accuracy on the first test net, over each record once; ``equal`` says whether it
     prints the same figure as ours (Caffe prints 6 significant digits, C++'s default)."""
     pb2 = import_caffe(engine).proto.caffe_pb2
@@ -139,7 +142,7 @@ def measure(engine: EngineInfo, run_dir: Path, src: records.Source, weights: Pat
     t = final_test.TestNet(src.test_net.index, net, count // batch, src.test_net.source)
     out: dict[str, Any] = {"iterations": count // batch, "batch_size": batch}
     try:
-        done = final_test.caffe_test_net(engine, run_dir, t, weights.absolute(), [], count // batch)
+        done = final_test.caffe_test_net(engine, run_dir, t, weights.absolute(), gpu_flag or [], count // batch)
     except RunError as e:
         return out | {"accuracy": None, "not_measured": str(e)}
     final_test.keep_log(run_dir, f"evaluate: caffe test of test net #{t.index} on {weights.name}", done.log)

@@ -15,9 +15,11 @@ from the same net — after a test pass; ``test_net=False`` leaves it out) or ru
   batches, 4 by default);
 * per-layer buffers, from each layer's rule (:mod:`caffetool.memory.layers`), each only if the step
   that first touches it runs; an RNN's or LSTM's unrolled net, accounted like a net of its own;
-* GPU mode: all of the above on the device, prefetch batches also in pinned host memory, and with
-  cuDNN each cuDNN layer's handles (measured on an H100) and a convolution's workspace instead of
-  its im2col columns;
+* GPU mode: all of the above on the device, prefetch batches also in pinned host memory; with
+  cuDNN, a convolution's workspace instead of its im2col columns, and the handles: on caffetool's
+  engine (patch 0006) one handle and one workspace for the whole net (the thread's, shared by its
+  layers; the workspace as large as the largest single need), on a stock engine each layer's own
+  (three handles and a workspace per group of a convolution, one handle for other layers);
 * CPU mode: glibc's own rounding of each allocation (16-byte chunks, whole pages above 128 KiB) and
   Caffe's own objects per layer and blob (``OBJECT_BYTES``, measured), so the figure can be
   compared with what malloc reports.
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caffetool.choices import INT32_MAX, choose
+from caffetool.engine import cudnn as cudnn_settings
 from caffetool.errors import ConfigError, NetError
 from caffetool.memory import graph as graphs
 from caffetool.memory import parallel
@@ -49,6 +52,10 @@ SCRATCH = {"cpu": {"SGD": 0, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelt
            "gpu": {"SGD": 0, "Nesterov": 0, "AdaGrad": 0, "RMSProp": 0, "AdaDelta": 0, "Adam": 0}}
 CUDNN_STREAMS_PER_GROUP = 3  # cudnn_conv_layer.cpp
 CUDNN_CONV = ("CuDNNConvolution", "CuDNNDeconvolution")
+# Largest workspace one convolution's algorithm may take on a stock engine (MiB), per layer and group;
+# caffetool's engine reads its limit for its one shared workspace from CAFFE_CUDNN_WORKSPACE_MB
+# (caffetool.engine.cudnn).
+STOCK_WORKSPACE_MB = 8.0
 # Measured on an H100 (benchmarks/RESULTS.md, "1, 4 and 16 convolutions", raw record
 # benchmarks/gpu/h100-memory.json): +30.0 MiB for 1 cuDNN convolution, +114.0 for 4, +448.0 for 16;
 # the slope (448.0 - 30.0) / 15 MiB per layer, each layer opening 3 handles and streams (group 1).
@@ -83,16 +90,16 @@ class Options:
     test_batch: int | None = None
     iter_size: int = 1
     cudnn: bool = False
-    cudnn_workspace_mb: float = 8.0
+    cudnn_workspace_mb: float | None = None  # None: the limit in force (caffetool.engine.cudnn)
     input_shape: Shape | None = None
     test_net: bool = True  # training: count the solver's TEST net (its activations; weights shared)
     # A solver's test nets, each with the ``state`` Caffe gives it (all live at once); None: the TEST
     # phase of the net itself, as a solver with ``net`` and one ``test_iter`` builds it.
     test_nets: tuple[Any, ...] | None = field(default=None, repr=False)
-    # The engine: caffetool's tuned one (``parallel``: patch 0004, its CPU layers on ``threads``
-    # OpenMP threads) convolves chunks of images with scratch per thread; a stock one (``--stock``)
-    # keeps BVLC's one column buffer per convolution.
-    parallel: bool = True
+    # The engine: caffetool's tuned one (patch 0004: its CPU layers on ``threads`` OpenMP threads
+    # convolve chunks of images with scratch per thread; patch 0006: one cuDNN handle and workspace
+    # per device) or a stock one (``--stock``: BVLC's column buffer and cuDNN handles per layer).
+    tuned: bool = True
     threads: int = 1
 
     def __post_init__(self) -> None:
@@ -171,13 +178,17 @@ def estimate(net: Any, options: Options, text: str | None = None, source: str = 
     test_rows: list[Row] = []
     unmodelled = [(name, kind, why) for name, kind, why in main.unmodelled]
     not_counted = list(main.not_counted)
+    nodes = list(main.nodes)
     for tested in (o.test_nets if o.test_nets is not None else [net]) if training and o.test_net else []:
         test = graphs.build(tested, "test", o.input_shape, o.test_batch, text if tested is net else None, source)
         _check_blob_sizes(test, source, "test batch", "the TEST Data layer's batch_size")
         trained = {node.name for node in main.nodes}
         test_rows += _account(test, o, ledger, train_net=False, forward=True, shared_params=trained)
+        nodes += test.nodes
         unmodelled += [u for u in test.unmodelled if u[:2] not in {m[:2] for m in unmodelled}]
         not_counted += [n for n in test.not_counted if n not in not_counted]
+    if o.mode == "gpu" and o.cudnn and o.tuned:
+        _book_shared_cudnn(list(zip(nodes, rows + test_rows)), o)
     groups = {
         "model": sum(r.param_bytes + r.grad_bytes + r.history_bytes for r in rows + test_rows),
         "feature maps": sum(r.data_bytes for r in rows + test_rows) + ledger.prefetch_device,
@@ -302,8 +313,8 @@ def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forw
                 continue
             if _runs(buf.when, train_net and backward_runs, node.need_backward, gpu, any(node.bottom_need)):
                 row.scratch_bytes += ledger.take(buf.count, buf.itemsize)
-        if cudnn:
-            row.scratch_bytes += _cudnn_bytes(node, o)
+        if cudnn and not o.tuned:
+            row.scratch_bytes += _stock_cudnn_bytes(node, o)
         if node.inner is not None:
             for inner in _account(node.inner, o, ledger, train_net, forward, True, node.need_backward):
                 row.data_bytes += inner.data_bytes
@@ -317,7 +328,7 @@ def _buffers(node: graphs.Node, o: Options) -> list[Buffer]:
     """The layer's buffers in this engine: a convolution of the OpenMP engine, on the CPU, adds its
     threads' scratch and may leave ``col_buffer_`` to the GPU code (:mod:`caffetool.memory.parallel`)."""
     work = node.info.conv_work
-    if not o.parallel or o.mode != "cpu" or work is None:
+    if not o.tuned or o.mode != "cpu" or work is None:
         return node.info.buffers
     extra, chunked = parallel.buffers(work, o.threads)
     kept = [b for b in node.info.buffers if not (chunked and b.name == "col_buffer")]
@@ -381,19 +392,40 @@ def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool) -> set[str]:
     return keys
 
 
-def _cudnn_bytes(node: graphs.Node, o: Options) -> int:
-    """Device memory a cuDNN layer holds besides blobs: its handles (``cudnnCreate``; a convolution
-    opens ``CUDNN_STREAMS_PER_GROUP`` per group, every other cuDNN layer one) and a convolution's
-    workspace (cudnn_conv_layer.cpp ``Reshape``: the largest per-algorithm need, at most the
-    configured limit, times group x 3). A handle costs what the measured convolutions cost divided
-    by their three handles (``CUDNN_HANDLE_BYTES``). The workspace an algorithm needs is taken as
-    one image's im2col columns per group (what the GEMM-based algorithms work in), capped at the
-    limit: cuDNN's choice is made at run time and is not known here."""
+def _workspace_need(node: graphs.Node, limit: int, groups: int = 1) -> int:
+    """What one cuDNN convolution's algorithm is taken to need: one image's im2col columns (of
+    ``groups`` groups; what the GEMM-based algorithms work in), capped at ``limit``. cuDNN's choice
+    is made at run time and is not known here."""
+    columns = sum(b.count for b in node.info.buffers if b.name == "col_buffer") * 4
+    return min(limit, columns // node.info.group * groups)
+
+
+def _stock_cudnn_bytes(node: graphs.Node, o: Options) -> int:
+    """A stock engine's cuDNN layer (BVLC's cudnn_*_layer.cpp): its handles (``cudnnCreate``; a
+    convolution opens ``CUDNN_STREAMS_PER_GROUP`` per group, every other cuDNN layer one) and a
+    convolution's workspace (``Reshape``: the largest per-algorithm need, at most 8 MiB, times group
+    x 3). A handle costs what the measured convolutions cost divided by their three handles
+    (``CUDNN_HANDLE_BYTES``)."""
     if node.info.cudnn in CUDNN_CONV:
         streams = node.info.group * CUDNN_STREAMS_PER_GROUP
-        columns = sum(b.count for b in node.info.buffers if b.name == "col_buffer") * 4
-        return streams * (CUDNN_HANDLE_BYTES + min(int(o.cudnn_workspace_mb * 2**20), columns))
+        limit = int((o.cudnn_workspace_mb or STOCK_WORKSPACE_MB) * 2**20)
+        return streams * (CUDNN_HANDLE_BYTES + _workspace_need(node, limit))
     return CUDNN_HANDLE_BYTES
+
+
+def _book_shared_cudnn(layers: list[tuple[graphs.Node, Row]], o: Options) -> None:
+    """caffetool's engine (patch 0006): one cuDNN handle for the thread and one workspace as large as
+    the largest single need (a convolution runs all its groups in one call), booked on the layer
+    that has it — the training and test nets run on the same thread, so they share both."""
+    limit = int((cudnn_settings.workspace_mb() if o.cudnn_workspace_mb is None else o.cudnn_workspace_mb) * 2**20)
+    placed = [(node, row) for node, row in layers if node.info.cudnn is not None]
+    if not placed:
+        return
+    placed[0][1].scratch_bytes += CUDNN_HANDLE_BYTES
+    convolutions = [(node, row) for node, row in placed if node.info.cudnn in CUDNN_CONV]
+    if convolutions:
+        node, row = max(convolutions, key=lambda pair: _workspace_need(pair[0], limit, pair[0].info.group))
+        row.scratch_bytes += _workspace_need(node, limit, node.info.group)
 
 
 def per_sample(net: Any, options: Options, text: str | None = None) -> tuple[int, int]:

@@ -110,6 +110,14 @@ def peak_of_one_step(caffe: Path, folder: Path, gpu: int, binding: ModuleType, e
     return max(sampler.samples, default=idle) - idle
 
 
+def baseline_of(caffe: Path, folder: Path, gpu: int, binding: ModuleType, env: dict[str, str]) -> int:
+    """What every Caffe process pays on ``gpu`` before its net: the peak of the one-layer net."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "net.prototxt").write_text(BASELINE_NET)
+    (folder / "solver.prototxt").write_text(BASELINE_SOLVER)
+    return peak_of_one_step(caffe, folder, gpu, binding, env)
+
+
 def measure(caffe: Path, folder: Path, gpu: int = 0) -> dict[str, int]:
     """Device memory for the solver in ``folder`` (``solver.prototxt`` naming its net, GPU mode).
 
@@ -118,12 +126,8 @@ def measure(caffe: Path, folder: Path, gpu: int = 0) -> dict[str, int]:
     """
     binding = nvml()
     env = {**os.environ, "GLOG_logtostderr": "1"}
-    base = folder / "baseline"
-    base.mkdir(exist_ok=True)
-    (base / "net.prototxt").write_text(BASELINE_NET)
-    (base / "solver.prototxt").write_text(BASELINE_SOLVER)
     try:
-        baseline = peak_of_one_step(caffe, base, gpu, binding, env)
+        baseline = baseline_of(caffe, folder / "baseline", gpu, binding, env)
         peak = peak_of_one_step(caffe, folder, gpu, binding, env)
     finally:
         binding.nvmlShutdown()

@@ -9,10 +9,10 @@ from invoke import Collection, Context
 
 from caffetool.choices import PORT, Limit, bounded, choose, count, input_file, writable_folder
 from caffetool.demo import classifier as demo_classifier
-from caffetool.engine import locate
+from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
 from caffetool.tasks._common import pick, task
-from caffetool.train import rundir, snapshots
+from caffetool.train import devices, rundir, snapshots
 
 MODEL_HELP = {
     "run": "run name or directory (default: the newest run)", "deploy": "deploy.prototxt (instead of --run)",
@@ -101,13 +101,14 @@ def newest_run(runs_root: Path) -> Path:
 @task(help={**MODEL_HELP, "host": "address to bind (127.0.0.1: this machine only)",
             "port": "TCP port, 1 to 65535 (default 8000)",
             "max_body": "largest accepted body in bytes (413 past it; default 10 MiB)",
-            "workers": "server processes, 1 to 64 (default 1)"})
+            "workers": "server processes, 1 to 64 (default 1)",
+            "gpu": "cpu (default), auto or one GPU id: where pycaffe runs the model"})
 def serve(c: Context, run: str | None = None, deploy: str | None = None, weights: str | None = None,
           labels: str | None = None, mean: str | None = None, scale: str | None = None, backend: str = "caffe",
           host: str = "127.0.0.1", port: str = "8000", max_body: str = str(10 * 1024 * 1024),
           workers: str = "1", runs_dir: str | None = None, mean_values: str | None = None,
           channel_swap: str | None = None, raw_scale: str | None = None, image_dims: str | None = None,
-          oversample: bool = False) -> None:
+          oversample: bool = False, gpu: str = "cpu") -> None:
     """Serve a trained model: web page (upload or draw), JSON API, health check."""
     from caffetool.demo import serving  # noqa: PLC0415 - uvicorn only when serving
 
@@ -115,8 +116,10 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
     body_limit, processes = bounded(max_body, "--max-body", MAX_BODY), bounded(workers, "--workers", WORKERS)
     engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
     colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
+    engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
+    device = devices.for_pycaffe(engine, gpu)
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
-    serving.serve(locate(c.engine.prefix, probe=False), files, engine_kind, host, tcp_port, body_limit, processes)
+    serving.serve(engine, files, engine_kind, host, tcp_port, body_limit, processes, device)
 
 
 @task(positional=["images"], help={**MODEL_HELP, "images": "image files, comma-separated, or a folder",
@@ -126,13 +129,14 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
                                                "with one sub-folder per class (named as a label or its index), or "
                                                "a file of 'PATH LABEL' lines as convert_imageset reads",
                                    "out": "folder for the scores with --labelled (default: a new one under the "
-                                          "run's eval/)"})
+                                          "run's eval/)",
+                                   "gpu": "cpu (default), auto or one GPU id: where pycaffe runs the model"})
 def classify(c: Context, images: str, run: str | None = None, deploy: str | None = None,
              weights: str | None = None, labels: str | None = None, mean: str | None = None,
              scale: str | None = None, backend: str = "caffe", top: str = "5", annotate: str | None = None,
              runs_dir: str | None = None, labelled: bool = False, out: str | None = None,
              mean_values: str | None = None, channel_swap: str | None = None, raw_scale: str | None = None,
-             image_dims: str | None = None, oversample: bool = False) -> None:
+             image_dims: str | None = None, oversample: bool = False, gpu: str = "cpu") -> None:
     """Classify images from the command line (top-k each; --annotate writes labelled copies; --labelled also
     scores them: accuracy and a confusion matrix)."""
     from caffetool.demo import annotate as annotator  # noqa: PLC0415
@@ -141,14 +145,17 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
     engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
     labelled_copies = writable_folder(annotate, "--annotate") if annotate else None
     colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
+    engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
+    device = devices.for_pycaffe(engine, gpu)
     if labelled:
         return classify_labelled(c, images, out, shown, labelled_copies,
-                                 (run, deploy, weights, labels, mean, scale, runs_dir, colour), engine_kind)
+                                 (run, deploy, weights, labels, mean, scale, runs_dir, colour), engine_kind,
+                                 engine, device)
     if out:
         raise ConfigError("--out is for the scores of --labelled images")
     paths = image_files(images)
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
-    classifier = demo_classifier.load(locate(c.engine.prefix, probe=False), files, engine_kind)
+    classifier = demo_classifier.load(engine, files, engine_kind, device=device)
     failures = 0
     for path in paths:
         try:
@@ -167,7 +174,7 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
 
 
 def classify_labelled(c: Context, images: str, out: str | None, shown: int, annotate: Path | None,
-                      model: tuple, engine_kind: str) -> None:
+                      model: tuple, engine_kind: str, engine: EngineInfo, device: devices.PycaffeDevice) -> None:
     """``demo.classify IMAGES --labelled``: each image's line with its true class, then the scores."""
     from caffetool.demo import annotate as annotator  # noqa: PLC0415
     from caffetool.evaluation import labelled as scoring  # noqa: PLC0415 - matplotlib only when scoring
@@ -180,7 +187,7 @@ def classify_labelled(c: Context, images: str, out: str | None, shown: int, anno
     if out is None and files.run is None:
         raise ConfigError("without a run, give --out DIR for the scores")
     folder = writable_folder(out, "--out") if out else scoring.default_folder(files.run)
-    classifier = demo_classifier.load(locate(c.engine.prefix, probe=False), files, engine_kind)
+    classifier = demo_classifier.load(engine, files, engine_kind, device=device)
     items = (scoring.from_folder(source, classifier.labels) if source.is_dir()
              else scoring.from_list(input_file(source, "IMAGES"), len(classifier.labels)))
 

@@ -117,6 +117,12 @@ def info(c: Context, prefix: str | None = None, json_: bool = False) -> None:
               f"{len(b['vendored'])} vendored libraries, glibc >= {b['glibc_floor']}")
         if b.get("cuda_libraries"):
             print(f"CUDA libs   {b['cuda_libraries']}")
+    if not engine.cpu_only:
+        from caffetool.engine.bundle import cuda_versions  # noqa: PLC0415
+
+        built, running = cuda_versions(engine)
+        print(f"built with  {', '.join(pin.replace('==', ' ') for pin in built) or 'the CUDA toolkit it found'}")
+        print(f"running     {', '.join(f'{k} {v or chr(45)}' for k, v in running.items()) or 'the same'}")
     for name, path in engine.tools.items():
         print(f"tool        {name:28} {'ok' if path else 'missing'}")
     print(f"pycaffe     {'imports' if engine.pycaffe else 'fails: ' + str(engine.pycaffe_error)}")
@@ -142,15 +148,17 @@ def check(c: Context, prefix: str | None = None, iterations: str = "50") -> None
 @task(name="compile-check", iterable=["cmake_arg"],
       help={"cuda_arch": "compute capabilities (CUDA 13: 75 and newer)",
             "jobs": "parallel compile jobs, 1 to 4096 (default: all cores)", "source": "folder or URL with the tarballs",
-            "cmake_arg": "extra CMake argument (repeatable), e.g. -DUSE_OPENCV=OFF for a small bundle"})
+            "cmake_arg": "extra CMake argument (repeatable), e.g. -DUSE_OPENCV=OFF for a small bundle",
+            "test_suite": "also build Caffe's test suite, run its CPU half here (everything where a GPU is) and "
+                          "keep it for a GPU machine (benchmarks/gpu_proof.py)"})
 def compile_check_(c: Context, cuda_arch: str = "75 80 86 89 90", jobs: str | None = None,
-                   source: str | None = None, cmake_arg: list[str] | None = None) -> None:
+                   source: str | None = None, cmake_arg: list[str] | None = None, test_suite: bool = False) -> None:
     """Compile-only GPU build (CUDA 13 nvcc, cuDNN 9, NCCL 2 from PyPI wheels), into a side prefix."""
     from caffetool.engine.compile_check import compile_check  # noqa: PLC0415
 
     workers = bounded(jobs, "--jobs", config.JOBS)
     r = compile_check(tuple(cuda_arch.split()), workers, pick(source, c.engine.source),
-                      tuple(cmake_arg or ()))
+                      tuple(cmake_arg or ()), test_suite=test_suite)
     print(f"built in {r.seconds:.0f} s into {r.prefix} (not linked into Python)")
     print(f"CUDA objects compiled: {r.cu_objects}")
     print(f"caffe --version: {r.version}")

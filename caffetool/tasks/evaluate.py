@@ -11,7 +11,7 @@ from caffetool.choices import choose, count, input_file
 from caffetool.engine import locate
 from caffetool.evaluation import forward, records
 from caffetool.tasks._common import pick, task
-from caffetool.train import rundir
+from caffetool.train import devices, rundir
 
 
 @task(default=True, positional=["run"], help={
@@ -20,9 +20,10 @@ from caffetool.train import rundir
     "top": "k of the top-k accuracy (default 5)", "backend": "caffe (pycaffe, exact) or opencv (cv2.dnn)",
     "batch_size": "records per forward pass (default: the data layer's batch_size)",
     "caffe_test": "also run `caffe test` over the same records to compare (default; --no-caffe-test skips)",
+    "gpu": "cpu (default), auto or one GPU id: where pycaffe and `caffe test` run",
     "runs_dir": "where runs are"})
 def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: str = "5", backend: str = "caffe",
-        batch_size: str | None = None, caffe_test: bool = True, runs_dir: str | None = None) -> None:
+        batch_size: str | None = None, caffe_test: bool = True, gpu: str = "cpu", runs_dir: str | None = None) -> None:
     """Evaluate a run: top-1/top-k, confusion matrix, per-class figures, mistakes, checked against caffe test."""
     from caffetool.evaluation import run as evaluation  # noqa: PLC0415 - matplotlib only when evaluating
 
@@ -32,8 +33,9 @@ def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: 
     backend = choose(backend, forward.BACKENDS, "--backend")
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
     chosen = input_file(weights, "--weights").absolute() if weights else None
-    result = evaluation.evaluate(locate(c.engine.prefix, probe=False), run_dir, chosen, split, k, backend, size,
-                                 caffe_test)
+    engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
+    device = devices.for_pycaffe(engine, gpu)
+    result = evaluation.evaluate(engine, run_dir, chosen, split, k, backend, size, caffe_test, device=device)
     for line in result.lines():
         print(line)
 

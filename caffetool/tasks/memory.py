@@ -47,7 +47,7 @@ def _load(c: Context, model: str | None, net: str | None, input_shape: str | Non
     options = est.Options(phase=phase, mode=mode, solver=solver_type or source.solver_type or "SGD", dtype=dtype,
                           batch=batch, iter_size=accumulate or source.iter_size or 1, cudnn=cudnn,
                           input_shape=source.input_shape, test_net=test_net, test_nets=source.test_nets,
-                          parallel=engine.tuned, threads=workers)
+                          tuned=engine.tuned, threads=workers)
     return caffe, source, options
 
 

@@ -10,6 +10,7 @@ refused before anything runs, with the reason and the fix. The visible GPUs are 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from caffetool.engine import EngineInfo
 from caffetool.errors import ConfigError
@@ -56,3 +57,53 @@ def choose(engine: EngineInfo, request: str = "auto") -> Devices:
     flag = ["-gpu", "all" if request == "all" else ",".join(map(str, ids))]
     names = sorted({gpus[i].split(":", 1)[-1].split("(UUID")[0].strip() for i in ids})
     return Devices(flag, f"GPU {','.join(map(str, ids))} ({len(ids)} x {', '.join(names)})", True)
+
+
+@dataclass(frozen=True)
+class PycaffeDevice:
+    """Where a pycaffe net runs (``evaluate --gpu``, ``demo.serve --gpu``): the CPU or one GPU.
+
+    pycaffe's mode and device belong to the calling thread (Caffe's context is thread-local), and a
+    server answers from a pool of threads, so :meth:`activate` is called in the thread that runs
+    the net, before it builds the net and before every pass; on a GPU it costs a few microseconds.
+    """
+
+    gpu: int | None
+    label: str
+
+    @property
+    def flag(self) -> list[str]:
+        """The same device for a ``caffe`` command (``caffe test`` beside ``evaluate``)."""
+        return [] if self.gpu is None else ["-gpu", str(self.gpu)]
+
+    def activate(self, caffe: Any) -> None:
+        if self.gpu is None:
+            caffe.set_mode_cpu()
+        else:
+            caffe.set_mode_gpu()
+            caffe.set_device(self.gpu)
+
+
+CPU = PycaffeDevice(None, "CPU")
+
+
+def for_pycaffe(engine: EngineInfo, request: str | None = "cpu") -> PycaffeDevice:
+    """``--gpu cpu`` (default), ``auto`` (GPU 0 when the engine has CUDA and one is visible) or one
+    GPU id, refused up front where the engine or the machine cannot honour it."""
+    request = (request or "cpu").strip().lower()
+    if request == "cpu" or (request == "auto" and (engine.cpu_only or not engine.gpus)):
+        return CPU
+    if request == "auto":
+        request = "0"
+    if not request.isdigit():
+        raise ConfigError(f"--gpu {request!r}: pycaffe runs a net on one device; use cpu, auto or one GPU id "
+                          "such as 0")
+    gpu = int(request)
+    if engine.cpu_only:
+        raise ConfigError(f"--gpu {gpu} asks for a GPU, but the engine at {engine.prefix} was built CPU-only; "
+                          "rebuild it with `caffetool engine.install --cuda --force` on a machine with CUDA, "
+                          "or use --gpu cpu")
+    if gpu >= len(engine.gpus):
+        raise ConfigError(f"--gpu {gpu}: {len(engine.gpus)} GPU(s) visible ({', '.join(engine.gpus) or 'none'})")
+    name = engine.gpus[gpu].split(":", 1)[-1].split("(UUID")[0].strip()
+    return PycaffeDevice(gpu, f"GPU {gpu} ({name})")

@@ -16,7 +16,7 @@ from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
 from caffetool.memory import fit as fitting
 
-RESERVE = 400 * 2**20  # T. Dettmers' 2014 GPU advice: kept for the CUDA context and fragmentation
+RESERVE = 400 * 2**20  # T. Dettmers' 2014 GPU advice; a run keeps its GPU's measured baseline (memory.reserve)
 
 
 def gpu_memory() -> list[int]:

@@ -30,6 +30,7 @@ from caffetool import fsio
 from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.engine import threads as cpu_threads
+from caffetool.engine import cudnn
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffeRefused, ConfigError, RunError
 from caffetool.nets import generate, model as models, prototxt, solver as solvers
@@ -103,7 +104,7 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         shutil.copyfile(dataset.labels_file, run_dir / layout.LABELS)
         solver_msg = prototxt.read(generated.files[generate.SOLVER], caffe_pb2.SolverParameter())
         if chosen.gpu:
-            _preflight(prototxt.read(generated.files[generate.TRAIN_VAL], caffe_pb2.NetParameter()), dataset.shape,
+            _preflight(engine, prototxt.read(generated.files[generate.TRAIN_VAL], caffe_pb2.NetParameter()), dataset.shape,
                        options.type, options.iter_size, say)
         manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started) | (req.record or {})
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
@@ -141,7 +142,7 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
     elif chosen.gpu:
         tests = tuple(project.with_test_state(net, loaded.solver, i, caffe_pb2)
                       for i, net in enumerate(loaded.test_nets))
-        _preflight(loaded.train_net, shape, loaded.solver.type, loaded.solver.iter_size, say, tests)
+        _preflight(engine, loaded.train_net, shape, loaded.solver.type, loaded.solver.iter_size, say, tests)
     with rundir.released_on_failure(rundir.claim(Path(req.runs_dir).absolute(), req.name)) as run_dir:
         project.write(loaded, run_dir, caffe_pb2)
         derived = None if req.deploy else project.deploy(loaded.train_net, caffe_pb2)
@@ -180,16 +181,21 @@ def _started(result: TrainResult, what: str) -> TrainResult:
     return result
 
 
-def _preflight(net: Any, shape: tuple[int, int, int] | None, solver_type: str, iter_size: int,
+def _preflight(engine: EngineInfo, net: Any, shape: tuple[int, int, int] | None, solver_type: str, iter_size: int,
                say: Callable[[str], None], test_nets: tuple[Any, ...] | None = None) -> None:
     """The memory check of a GPU run (:mod:`caffetool.train.preflight`) on each visible GPU, with the
-    solver's test nets when they are given (a ``--solver`` run's, with their states)."""
+    solver's test nets when they are given (a ``--solver`` run's, with their states), keeping free
+    what the engine's context takes on the GPU (:mod:`caffetool.memory.reserve`)."""
     from caffetool.memory import estimate as est  # noqa: PLC0415
     from caffetool.train import preflight  # noqa: PLC0415
 
     options = est.Options(solver=solver_type or "SGD", mode="gpu", input_shape=shape, iter_size=iter_size,
                           test_nets=test_nets)
-    preflight.check(net, options, preflight.gpu_memory(), say=say)
+    capacities = preflight.gpu_memory()
+    if capacities:
+        from caffetool.memory import reserve  # noqa: PLC0415
+
+        preflight.check(net, options, capacities, reserve.reserve(engine, say=say), say=say)
 
 
 def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progress: bool = True,
@@ -348,7 +354,9 @@ def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dat
         "dataset": {"name": dataset.name, "path": str(dataset.path), "backend": dataset.backend,
                     "files": dataset.manifest.get("files"), "counts": {s: dataset.count(s) for s in ("train", "test")}}
         if dataset else {"name": "its data"},
-        "device": {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag},
+        "device": {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag,
+                   "cudnn": cudnn.in_force(caffe_env()) if chosen.gpu and engine.manifest["options"].get("use_cudnn")
+                   else None},
         "engine": {"prefix": str(engine.prefix), "manifest": engine.manifest},
         "host": _host(engine),
         "threads": {k: caffe_env().get(k) for k in THREAD_VARIABLES},

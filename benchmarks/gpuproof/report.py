@@ -1,0 +1,97 @@
+"""The GPU proof's figures, from the raw ``results.json`` records of one or more calls.
+
+Memory estimates are recomputed here with this checkout's estimator (the nets rebuilt as the
+payload built them), so a record measured once serves every later version of the estimator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gpuproof import nets as proof_nets
+
+MIB = 2**20
+# Published: BVLC's LeNet solver on MNIST, Caffe 1.0-rc5, CUDA 8, cuDNN 5.1, 4 x Tesla M40 (Dell EMC
+# PowerEdge C4130 walkthrough).
+PUBLISHED_M40 = {"seconds": 32, "accuracy": 0.9909, "gpu_util": 84}
+
+
+def load(paths: list[Path]) -> dict:
+    """Every step of the records, later files adding the steps they ran (and replacing repeats)."""
+    merged: dict = {}
+    for path in paths:
+        merged.update(json.loads(path.read_text()))
+    return merged
+
+
+def estimates(names: list[tuple[str, int]]) -> dict[str, dict[str, int]]:
+    """``memory.estimate --mode gpu`` (cuDNN on and off) of each memory net, as built for the payload."""
+    from caffetool.engine import import_caffe, locate
+    from caffetool.memory import estimate as est
+
+    caffe = import_caffe(locate(probe=False))
+    out = {}
+    for name, batch in names:
+        net, shape, _ = proof_nets.train_net(caffe, name, batch)
+        out[name] = {variant: est.estimate(net, est.Options(mode="gpu", cudnn=variant == "cudnn", solver="SGD",
+                                                            input_shape=shape)).total
+                     for variant in ("cudnn", "caffe")}
+    return out
+
+
+def lines(r: dict, estimated: dict[str, dict[str, int]] | None) -> list[str]:
+    out = []
+    dq = r.get("device_query", {})
+    install = r.get("install", {})
+    out.append(f"device: {dq.get('nvidia_smi')}; bundle installed in {install.get('seconds')} s; "
+               f"running with {install.get('running_with')}")
+    for key in ("lenet_cudnn", "lenet_cudnn_find", "lenet_caffe"):
+        x = r.get(key, {})
+        if "seconds" in x:
+            out.append(f"{key}: {x['seconds']} s wall, {x['iterations']} iterations ({x['iter_per_s']} iter/s at the "
+                       f"end), accuracy {x['final_accuracy']}, GPU utilisation {x['gpu_util_mean']}% mean, exit {x['exit']}")
+    out.append(f"published 4 x Tesla M40: {PUBLISHED_M40['seconds']} s, accuracy {PUBLISHED_M40['accuracy']}")
+    if "identical" in r.get("lenet_reproducible", {}):
+        x = r["lenet_reproducible"]
+        out.append(f"two seeded LeNet runs (2,000 iterations): weights identical {x['identical']} ({x['sha256']})")
+    if r.get("nccl_one_gpu", {}).get("summary"):
+        out.append(f"nccl_one_gpu: {r['nccl_one_gpu']['summary'][-1]} (exit {r['nccl_one_gpu']['exit']})")
+    for key, x in sorted(r.items()):
+        if key.startswith("time_") and isinstance(x, dict) and x.get("net_ms") is not None:
+            out.append(f"{key}: {x['net_ms']} ms forward+backward without the data layer (batch {x['batch']})")
+    if "used" in r.get("memory_baseline", {}):
+        base = r["memory_baseline"]["used"]
+        out.append(f"memory baseline (context, cuBLAS): {base / MIB:,.1f} MiB")
+        for key, x in sorted(r.items()):
+            if key.startswith("memory_") and key != "memory_baseline" and "used" in x:
+                out.append(f"{key}: +{(x['used'] - base) / MIB:,.1f} MiB over the baseline, "
+                           f"cuDNN workspace {x.get('workspace', 0) / MIB:,.1f} MiB")
+        for name, figures in (estimated or {}).items():
+            for variant, estimate in figures.items():
+                x = r.get(f"memory_{name}_{variant}", {})
+                if "used" in x:
+                    measured = x["used"] - base
+                    out.append(f"memory {name} b{x['batch']} {variant}: estimate {estimate / MIB:,.1f} MiB, measured "
+                               f"{measured / MIB:,.1f} MiB, error {100 * (estimate - measured) / measured:+.1f}%")
+    suite = r.get("caffe_test_suite", {})
+    if "tests_run" in suite:
+        out.append(f"Caffe's test suite: {suite['tests_ok']} of {suite['tests_run']} passed in {suite['seconds']} s "
+                   f"({suite['shards']} shards); failed {suite['failed']}")
+        rerun = r.get("caffe_test_suite_rerun", {})
+        if rerun:
+            out.append(f"  alone again: {rerun.get('tests_ok')} passed, still failing {rerun.get('still_failed')}")
+    for key, x in r.items():
+        if isinstance(x, dict) and isinstance(x.get("error"), str):
+            out.append(f"{key}: failed: {x['error'].strip().splitlines()[-1][:200]}")
+        elif isinstance(x, dict) and "skipped" in x:
+            out.append(f"{key}: skipped ({x['skipped']})")
+    return out
+
+
+def report(paths: list[Path], with_estimates: bool = True) -> None:
+    r = load(paths)
+    measured = [(name, batch) for name, batch in proof_nets.MEMORY_NETS if f"memory_{name}_cudnn" in r]
+    estimated: Any = estimates(measured) if with_estimates and measured else None
+    print("\n".join(lines(r, estimated)))
