@@ -50,12 +50,11 @@ from caffetool import config, glog
 from caffetool.data import fetch
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.download import DEFAULT_TIMEOUT
-from caffetool.engine import EngineInfo, import_caffe, locate
-from caffetool.engine import threads as engine_threads
+from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.engine.locate import caffe_env
 from caffetool.engine.recipe import BLAS, blas_name
 from caffetool.errors import CaffetoolError, EngineNotFound, RunError, SystemDependencyError
-from caffetool.nets import build, generate, model, prototxt, solver
+from caffetool.nets import builders, declaration, generate, prototxt, solver
 from caffetool.proc import run_checked
 from caffetool.train import caffe_commands
 
@@ -65,7 +64,7 @@ TORCH_VENV = HERE / ".venv-torch"
 TORCH_PACKAGES = ("torch==2.13.0", "numpy")
 TORCH_READY = ".caffetool-bench-complete"  # written last: a venv without it is half-made
 DEFAULT_STOCK = config.cache_home() / "engine-stock"
-THREAD_VARIABLES = engine_threads.VARIABLES
+THREAD_VARIABLES = cpu_threads.VARIABLES
 FIRST_TIMED = 100  # the first display line timed; Caffe displays every 100 iterations here
 # stock: BVLC Caffe as it runs out of the box; stock+kernels: the same engine with the BLAS kernels
 # caffetool picks for this CPU (caffetool.engine.cpu), so the layers' own share of the gain shows.
@@ -113,7 +112,7 @@ def prepare_lenet(engine: EngineInfo, data_dir: Path, folder: Path, iters: int) 
     dataset = fetch.fetch(FASHION_MNIST, data_dir, progress=False, say=lambda _: None).dataset
     options = solver.SolverOptions(max_iter=iters, display=FIRST_TIMED, random_seed=1, snapshot=iters + 1,
                                    test_interval=iters + 1, mode="cpu")
-    files = generate.generate(engine, model.get("lenet"), dataset, folder, options).files
+    files = generate.generate(engine, declaration.get("lenet"), dataset, folder, options).files
     pb = import_caffe(engine).proto.caffe_pb2
     path = files[generate.SOLVER]
     settings = prototxt.read(path, pb.SolverParameter())
@@ -193,8 +192,8 @@ def time_layers(engines: dict[str, tuple[EngineInfo, dict[str, str]]], folder: P
     figures: dict[str, dict] = {}
     caffe = import_caffe(next(iter(engines.values()))[0])
     for name, batch in LAYER_NETS:
-        m = model.get(name)
-        net = build.deploy(caffe, m, build.shape_of(m), batch=batch)
+        m = declaration.get(name)
+        net = builders.deploy(caffe, m, builders.shape_of(m), batch=batch)
         net.force_backward = True  # a deploy net has no loss; time its backward pass all the same
         path = folder / f"{name}_b{batch}.prototxt"
         path.write_text(prototxt.to_text(net))

@@ -28,7 +28,7 @@ import memory_nets
 from caffetool.engine import import_caffe, locate
 from caffetool.errors import CaffetoolError
 from caffetool.memory import estimate as est
-from caffetool.memory import measure, nets
+from caffetool.memory import measure, netsource
 
 CLASSIC = {"lenet": (64,), "caffenet": (8, 32), "vgg16": (4,)}  # declared models, read from LMDB
 SOLVERS = ("SGD", "Adam")
@@ -48,7 +48,7 @@ def cases(caffe: Any, only: set[str] | None, quick: bool) -> list[Case]:
     """Every (net, batch, solver) to measure, in table order."""
     def classic(name: str, batch: int) -> Callable:
         def load() -> tuple[Any, tuple[int, int, int] | None, int]:
-            source = nets.load(caffe, name, None, None, None, batch, batch)
+            source = netsource.load(caffe, name, None, None, None, batch, batch)
             return source.net, source.input_shape, source.num_classes
         return load
 
@@ -102,7 +102,7 @@ def run(engine: Any, caffe: Any, case: Case, threads: int = 1) -> Row:
 
 def timing(caffe: Any) -> str:
     """How long the estimate of VGG-16 at batch 64 takes, best and median of 20."""
-    vgg = nets.load(caffe, "vgg16", None, None, None, 64)
+    vgg = netsource.load(caffe, "vgg16", None, None, None, 64)
     times = []
     for _ in range(20):
         start = time.perf_counter()

@@ -8,7 +8,7 @@ Every line Caffe logs starts with glog's prefix::
 The severity is one of ``I``, ``W``, ``E``, ``F``; older glog writes the date as ``MMDD``, newer
 as ``YYYYMMDD``. A ``CHECK`` that fails logs one ``F`` line (``Check failed: ...``) and aborts, so
 the last ``F`` line is what Caffe refused. Only the line shapes are known here: what a run's lines
-add up to (rows of metrics) is :mod:`caffetool.train.logparse`'s job. Lines without the prefix
+add up to (rows of metrics) is :mod:`caffetool.runs.logparse`'s job. Lines without the prefix
 (Python tracebacks, glog's own stack dumps) are not glog lines and give ``None``.
 """
 

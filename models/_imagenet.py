@@ -5,7 +5,7 @@ Convolution and InnerProduct layers learn weights at rate 1 with decay 1 and bia
 with no decay, as in BVLC's ``train_val.prototxt`` files.
 """
 
-from caffetool.nets.model import BuildFn, Layers, Model, NetSpec, Params, Top
+from caffetool.nets.declaration import BuildFn, Layers, Model, NetSpec, Params, Top
 
 LR = [dict(lr_mult=1, decay_mult=1), dict(lr_mult=2, decay_mult=0)]
 MEAN = (104.0, 117.0, 123.0)  # BGR means of ILSVRC 2012, as BVLC's nets subtract them

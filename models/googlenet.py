@@ -3,7 +3,7 @@ losses (weight 0.3) are added in the TRAIN phase only and which the deploy net d
 
 from _imagenet import LR, ilsvrc_model
 
-from caffetool.nets.model import Layers, NetSpec, Params, Top
+from caffetool.nets.declaration import Layers, NetSpec, Params, Top
 
 # name: (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection)
 INCEPTION = {

@@ -5,7 +5,7 @@ ip num_classes; xavier weights, constant biases, biases learn at twice the rate;
 by 1/256.
 """
 
-from caffetool.nets.model import Layers, Model, NetSpec, Params, Top
+from caffetool.nets.declaration import Layers, Model, NetSpec, Params, Top
 
 LR = [dict(lr_mult=1), dict(lr_mult=2)]
 FILLERS = dict(weight_filler=dict(type="xavier"), bias_filler=dict(type="constant"))

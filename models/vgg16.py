@@ -2,7 +2,7 @@
 
 from _imagenet import LR, classifier, ilsvrc_model
 
-from caffetool.nets.model import Layers, NetSpec, Params, Top
+from caffetool.nets.declaration import Layers, NetSpec, Params, Top
 
 BLOCKS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
 

@@ -1,4 +1,10 @@
-"""Shared fixtures. The engine is the real one that `caffetool test` installs before pytest runs."""
+"""Shared fixtures. The engine is the real one that `caffetool test` installs before pytest runs.
+
+Every test that needs the engine carries the ``engine`` mark: those that use the ``engine`` fixture
+(directly or through another fixture) get it here, and those that reach it otherwise (a ``caffetool``
+command in a child process) are marked in their module. ``pytest -m "not engine"`` runs the rest,
+on a machine where no engine is installed.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,12 @@ from caffetool.engine import EngineInfo, locate
 from caffetool.errors import EngineError
 
 PROJECT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.engine)
 
 
 @pytest.fixture(scope="session")

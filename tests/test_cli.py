@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import PROJECT
 
 BIN = Path(sys.executable).parent
@@ -40,6 +42,7 @@ def test_lists_the_tasks_from_any_folder(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.engine
 def test_runs_a_task_with_the_type_in_any_case(tmp_path: Path) -> None:
     for spelling in ("adam", "ADAM"):
         done = run(CAFFETOOL, "memory.estimate", "--model", "lenet", "--batch-size", "8", "--type", spelling,
@@ -48,6 +51,7 @@ def test_runs_a_task_with_the_type_in_any_case(tmp_path: Path) -> None:
         assert '"solver": "Adam"' in done.stdout
 
 
+@pytest.mark.engine
 def test_a_wrong_flag_or_task_is_one_error_line(tmp_path: Path) -> None:
     refused(run(CAFFETOOL, "memory.estimate", "--model", "lenet", "--bogus", cwd=tmp_path),
             "No idea what '--bogus' is!")

@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from caffetool import config
 from caffetool.errors import ConfigError
+from caffetool.tasks import settings
 
 
 def test_every_default_has_a_declared_kind_and_passes_its_own_check():
-    assert {s: set(keys) for s, keys in config.SETTINGS.items()} == {
-        s: set(keys) for s, keys in config.TASK_DEFAULTS.items()}
-    config.check_settings(config.TASK_DEFAULTS, lambda key: "defaults")
+    assert {s: set(keys) for s, keys in settings.SETTINGS.items()} == {
+        s: set(keys) for s, keys in settings.TASK_DEFAULTS.items()}
+    settings.check_settings(settings.TASK_DEFAULTS, lambda key: "defaults")
 
 
 def test_sections_that_are_not_caffetools_are_left_to_invoke():
-    config.check_settings({"run": {"echo": True}, "tasks": 5, "data": {"dir": "d"}}, lambda key: "x")
+    settings.check_settings({"run": {"echo": True}, "tasks": 5, "data": {"dir": "d"}}, lambda key: "x")
 
 
 @pytest.mark.parametrize("tree,message", [
@@ -35,17 +35,17 @@ def test_sections_that_are_not_caffetools_are_left_to_invoke():
 ])
 def test_values_are_checked_by_kind(tree, message):
     if message is None:
-        config.check_settings(tree, lambda key: "f")
+        settings.check_settings(tree, lambda key: "f")
         return
     with pytest.raises(ConfigError) as err:
-        config.check_settings(tree, lambda key: "f")
+        settings.check_settings(tree, lambda key: "f")
     assert str(err.value) == message
 
 
 def test_a_json_project_file_is_read_as_invoke_reads_it(tmp_path: Path):
     (tmp_path / "invoke.json").write_text('{"data": {"dir": "d"},}')
     with pytest.raises(ConfigError) as err:
-        config.check_config_file(tmp_path / "invoke", "")
+        settings.check_config_file(tmp_path / "invoke", "")
     assert str(err.value) == (f"invoke.json: line 1, column 23: Expecting property name enclosed in double quotes; "
                               f"fix {tmp_path / 'invoke.json'}")
 
@@ -53,23 +53,23 @@ def test_a_json_project_file_is_read_as_invoke_reads_it(tmp_path: Path):
 def test_invoke_yaml_wins_over_yml_as_in_invoke(tmp_path: Path):
     (tmp_path / "invoke.yaml").write_text("data: {dir: d}\n")
     (tmp_path / "invoke.yml").write_text("data: 5\n")  # never read: Invoke stops at the first it finds
-    config.check_config_file(tmp_path / "invoke", "")
+    settings.check_config_file(tmp_path / "invoke", "")
 
 
 def test_no_project_file_and_an_empty_one_are_fine(tmp_path: Path):
-    config.check_config_file(tmp_path / "invoke", "")
+    settings.check_config_file(tmp_path / "invoke", "")
     (tmp_path / "invoke.yaml").write_text("# nothing set\n")
-    config.check_config_file(tmp_path / "invoke", "")
+    settings.check_config_file(tmp_path / "invoke", "")
 
 
 def test_a_folder_named_invoke_yaml_is_refused(tmp_path: Path):
     (tmp_path / "invoke.yaml").mkdir()
     with pytest.raises(ConfigError, match=rf"^cannot read {tmp_path / 'invoke.yaml'}: Is a directory; fix or remove it$"):
-        config.check_config_file(tmp_path / "invoke", "")
+        settings.check_config_file(tmp_path / "invoke", "")
 
 
 def test_a_merged_value_is_traced_to_its_variable(monkeypatch):
     monkeypatch.setenv("INVOKE_ENGINE_DEBIAN_MIRROR", "x")
-    assert config.environment_origin("engine.debian_mirror") == "INVOKE_ENGINE_DEBIAN_MIRROR"
+    assert settings.environment_origin("engine.debian_mirror") == "INVOKE_ENGINE_DEBIAN_MIRROR"
     monkeypatch.delenv("INVOKE_DATA_DIR", raising=False)
-    assert config.environment_origin("data.dir") == "invoke configuration"
+    assert settings.environment_origin("data.dir") == "invoke configuration"

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from caffetool.engine import cpu
-from caffetool.engine import threads as cpu_threads
+from caffetool.engine import cpu, cpu_threads
 
 # An odd batch (uneven shares), a chunked 3x3 convolution, a grouped one and a 1x1 one (one image at
 # a time), max and average pooling, ReLU, a two-input Eltwise.
@@ -187,6 +186,7 @@ def test_thread_counts_come_from_the_flag_then_the_environment_then_the_cores():
     assert cpu_threads.of_engine({"openmp": True}, None, {}) == len(os.sched_getaffinity(0))
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("flag,expected", [(["--threads", "1"], "1"), ([], None)])
 def test_train_runs_on_the_threads_asked_for_and_records_them(fashion_data, tmp_path, flag, expected):
     from .test_tasks_engine import invoke

@@ -22,7 +22,8 @@ from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import NetError
 
 from .conftest import PROJECT
-from .test_demo_preprocess import jpeg_bomb, png_16bit_rgba
+from .processes import stop
+from .test_preprocess import jpeg_bomb, png_16bit_rgba
 
 FASHION_DIR = FASHION_MNIST.local_dirs[0]
 
@@ -56,16 +57,6 @@ def start_server(args: list[str], port: int) -> subprocess.Popen:
             time.sleep(0.2)
     child.kill()
     raise AssertionError("the demo server did not start")
-
-
-def stop(child: subprocess.Popen) -> None:
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
 
 
 @pytest.fixture(scope="module")

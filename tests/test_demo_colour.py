@@ -1,6 +1,6 @@
 """Colour models in the demo, fed exactly as pycaffe's ``caffe.Classifier`` feeds them.
 
-The model is BVLC CaffeNet's deploy net as ``caffetool.nets.build`` makes it (10 classes), with random
+The model is BVLC CaffeNet's deploy net as ``caffetool.nets.builders`` makes it (10 classes), with random
 weights saved by pycaffe, and a 256x256 mean image written as Caffe's ``compute_image_mean`` writes
 one. The photos are scikit-image's own (``chelsea``, a cat; ``coffee``, a cup), written here as PNG and
 JPEG files. The reference is Caffe's code itself: ``caffe.Classifier.predict`` on the same files, its
@@ -23,8 +23,7 @@ import skimage.io
 from caffetool.demo import caffeio, grids, preprocess
 from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import ConfigError, DataError
-from caffetool.nets import build, transform
-from caffetool.nets import model as models
+from caffetool.nets import builders, declaration, transform
 
 from .test_demo import free_port, start_server, stop
 
@@ -48,9 +47,9 @@ def he_weights(net, rng: np.random.Generator) -> None:
 def colour_model(caffe, tmp_path_factory):
     """CaffeNet deploy net, weights, labels, a 256x256 mean image, and the two photos."""
     folder = tmp_path_factory.mktemp("caffenet")
-    caffenet = models.get("caffenet")
+    caffenet = declaration.get("caffenet")
     deploy = folder / "deploy.prototxt"
-    deploy.write_text(str(build.deploy(caffe, caffenet, build.shape_of(caffenet, num_classes=CLASSES))))
+    deploy.write_text(str(builders.deploy(caffe, caffenet, builders.shape_of(caffenet, num_classes=CLASSES))))
     net = caffe.Net(str(deploy), caffe.TEST)
     rng = np.random.default_rng(15)
     he_weights(net, rng)
@@ -365,9 +364,9 @@ def test_demo_classify_takes_the_colour_flags(colour_model, reference):
 def test_a_crop_run_resizes_to_its_training_images_and_takes_its_mean(caffe, engine, colour_model, tmp_path):
     """A run of CaffeNet as caffetool trains it: TEST transform crop_size 227 and BVLC's mean values,
     on 256x256 images; the demo resizes to 256x256 and subtracts those means (BGR, after the swap)."""
-    caffenet = models.get("caffenet")
-    net = build.train_val(caffe, caffenet, build.shape_of(caffenet, num_classes=CLASSES),
-                          build.DataSource("train_lmdb", "test_lmdb"), 2, 2)
+    caffenet = declaration.get("caffenet")
+    net = builders.train_val(caffe, caffenet, builders.shape_of(caffenet, num_classes=CLASSES),
+                          builders.DataSource("train_lmdb", "test_lmdb"), 2, 2)
     (tmp_path / "train_val.prototxt").write_text(str(net))
     files = files_of(colour_model, run=tmp_path, train_size=(256, 256))
     files.mean = None

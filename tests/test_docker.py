@@ -20,9 +20,9 @@ import pytest
 from invoke import Config, MockContext, Result
 
 from caffetool import dockerimg
-from caffetool.config import TASK_DEFAULTS
 from caffetool.errors import ConfigError
 from caffetool.tasks import docker as docker_tasks
+from caffetool.tasks.settings import TASK_DEFAULTS
 
 from .conftest import PROJECT
 

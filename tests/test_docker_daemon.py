@@ -23,10 +23,12 @@ import pytest
 from invoke import Config, Context
 
 from caffetool import apt, dockerimg
-from caffetool.config import TASK_DEFAULTS
 from caffetool.tasks import docker as docker_tasks
+from caffetool.tasks.settings import TASK_DEFAULTS
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+from .processes import stop
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(1500)]
 
 DEBIAN_DOCKER = Path("/usr/bin/docker")  # docker.io's client; another Docker may come first on PATH
 RUN = "docker100"
@@ -77,12 +79,7 @@ def daemon(tmp_path_factory) -> Iterator[dict[str, str]]:
         shutil.rmtree(rootfs)
         yield env
     finally:
-        dockerd.terminate()
-        try:
-            dockerd.wait(60)
-        except subprocess.TimeoutExpired:
-            dockerd.kill()
-            dockerd.wait()
+        stop(dockerd, grace=60)
         log.close()
         # dockerd leaves its default network namespace mounted under the exec root
         for point in _mounts_under(home):
@@ -148,8 +145,7 @@ def test_cpu_image_trains_with_host_folders_and_serves_the_demo(image, docker_en
                              text=True).stdout.split()
         if ids:
             subprocess.run(["docker", "kill", *ids], capture_output=True)
-        demo.terminate()
-        demo.wait(30)
+        stop(demo, grace=30)
 
 
 def _free_port() -> int:

@@ -12,6 +12,7 @@ import pytest
 from caffetool import config
 
 from .conftest import PROJECT
+from .processes import stop
 
 SCRIPT = """
 import sys
@@ -40,9 +41,7 @@ def test_interrupted_build_leaves_no_prefix_and_no_staging(tmp_path, engine, sig
         child.send_signal(sig)
         child.wait(timeout=60)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        stop(child, grace=0)
     assert child.returncode != 0
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 

@@ -14,11 +14,11 @@ import cv2
 import numpy as np
 import pytest
 
-from caffetool.data.registry import FASHION_MNIST
 from caffetool.data import datum, db
+from caffetool.data.registry import FASHION_MNIST
 from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import DataError, NetError, RunError
-from caffetool.evaluation import figures, labelled, metrics, records, report, run
+from caffetool.evaluation import confusion_figures, evaluator, labelled, metrics, records, writeup
 from caffetool.fsio import staging_folders
 from caffetool.nets import prototxt
 from caffetool.nets.solver import SolverOptions
@@ -38,7 +38,7 @@ def run_copy(trained_run, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def evaluated(engine, run_copy):
     said: list[str] = []
-    return run.evaluate(engine, run_copy, progress=False, say=said.append), said
+    return evaluator.evaluate(engine, run_copy, progress=False, say=said.append), said
 
 
 def rows_of(path: Path) -> list[list[str]]:
@@ -67,7 +67,7 @@ def test_top1_equals_caffe_test_over_the_whole_test_set(engine, run_copy, evalua
 def test_the_files_are_complete_and_agree(run_copy, evaluated):
     result, _ = evaluated
     folder = run_copy / "eval/lenet_iter_600"
-    assert result.folder == folder and sorted(p.name for p in folder.iterdir()) == sorted(report.FILES)
+    assert result.folder == folder and sorted(p.name for p in folder.iterdir()) == sorted(writeup.FILES)
     names = (run_copy / "labels.txt").read_text().split("\n")[:10]
     confusion = rows_of(folder / "confusion.csv")
     assert confusion[0] == ["true \\ predicted", *names] and [r[0] for r in confusion[1:]] == names
@@ -105,18 +105,18 @@ def test_a_second_evaluation_replaces_the_folder_whole(engine, run_copy, evaluat
     def broken(*args, **kwargs):
         raise RunError("cannot draw")
 
-    monkeypatch.setattr(figures, "contact_sheet_png", broken)
+    monkeypatch.setattr(confusion_figures, "contact_sheet_png", broken)
     with pytest.raises(RunError, match="cannot draw"):
-        run.evaluate(engine, run_copy, caffe_test=False, progress=False)
+        evaluator.evaluate(engine, run_copy, caffe_test=False, progress=False)
     assert (folder / "summary.json").read_text() == before and not staging_folders(folder)
     monkeypatch.undo()
-    again = run.evaluate(engine, run_copy, top=3, caffe_test=False, progress=False)
+    again = evaluator.evaluate(engine, run_copy, top=3, caffe_test=False, progress=False)
     summary = json.loads((folder / "summary.json").read_text())
     assert again.folder == folder and summary["k"] == 3 and summary["caffe_test"] is None
     assert summary["top1"] == json.loads(before)["top1"] and not staging_folders(folder)
     manifest = json.loads((run_copy / "manifest.json").read_text())
     assert [e["k"] for e in manifest["evaluations"] if e["dir"] == str(folder)] == [3]
-    assert report.newest(run_copy) == folder
+    assert writeup.newest(run_copy) == folder
 
 
 def test_top_k_is_bounded_by_the_classes_and_the_command_refuses_zero(engine, run_copy, evaluated):
@@ -154,10 +154,10 @@ def test_a_net_that_is_no_classifier_is_refused(engine, run_copy, tmp_path):
     other = Path(shutil.copytree(run_copy, tmp_path / "other", ignore=shutil.ignore_patterns("eval", "tensorboard")))
     (other / "labels.txt").write_text("a\nb\nc\n")
     with pytest.raises(NetError, match=r"deploy.prototxt outputs 10 values per image for 3 classes in labels.txt"):
-        run.evaluate(engine, other, caffe_test=False, progress=False)
+        evaluator.evaluate(engine, other, caffe_test=False, progress=False)
     (other / "deploy.prototxt").unlink()
     with pytest.raises(RunError, match=r"has no deploy.prototxt: its net is no classifier"):
-        run.evaluate(engine, other, caffe_test=False, progress=False)
+        evaluator.evaluate(engine, other, caffe_test=False, progress=False)
     assert not (other / "eval").exists()
 
 
@@ -168,7 +168,7 @@ def test_a_solver_run_from_bvlc_files_evaluates_too(engine, caffe, fashion_data,
                                    name="mine", gpu="cpu", options=SolverOptions(max_iter=40, test_iter=2))
     trained = session.train(engine, request, say=lambda _: None, progress=False)
     assert trained.outcome.status == "finished"
-    result = run.evaluate(engine, trained.run_dir, progress=False, say=lambda _: None)
+    result = evaluator.evaluate(engine, trained.run_dir, progress=False, say=lambda _: None)
     s = result.summary
     assert s["count"] == 10000 and s["classes"] == [str(i) for i in range(10)]  # no --labels: by index
     assert Path(s["source"]).resolve() == (root / "examples/mnist/mnist_test_lmdb").resolve()
@@ -177,7 +177,7 @@ def test_a_solver_run_from_bvlc_files_evaluates_too(engine, caffe, fashion_data,
     train = records.source(trained.run_dir, "train", caffe.proto.caffe_pb2)
     assert train.path.resolve() == (root / "examples/mnist/mnist_train_lmdb").resolve()
     assert (train.batch_size, train.test_net, records.transform_of(train, root).scale) == (64, None, 0.00390625)
-    assert run.folder_name(Path("x/lenet_iter_40.caffemodel"), "train", "opencv") == "lenet_iter_40-train-opencv"
+    assert evaluator.folder_name(Path("x/lenet_iter_40.caffemodel"), "train", "opencv") == "lenet_iter_40-train-opencv"
 
 
 def test_metrics_follow_caffes_accuracy_rule_on_ties():

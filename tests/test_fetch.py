@@ -72,6 +72,7 @@ def test_force_rebuilds_as_leveldb(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["fashion-mnist"]
 
 
+@pytest.mark.engine
 def test_info_prints_histogram_and_writes_a_contact_sheet(fetched):
     data_dir, _ = fetched
     done = invoke("data.info", "--dataset", "fashion-mnist", "--data-dir", str(data_dir), "--per-class", "5")
@@ -166,6 +167,7 @@ def own_copy(fetched, tmp_path):
 FIX = "rerun `caffetool data.fetch --dataset fashion-mnist --force`"
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("task", [("data.info",), ("data.mean",), ("train", "--max-iter", "10")])
 def test_truncated_lmdb_is_named_with_the_fix_by_every_reader(own_copy, task):
     data_dir, train_db = own_copy

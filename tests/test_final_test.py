@@ -11,8 +11,8 @@ import sys
 
 from caffetool.engine.locate import caffe_env
 from caffetool.nets.solver import SolverOptions
-from caffetool.train import caffe_commands, evaluate, session
-from caffetool.train.logparse import parse_file
+from caffetool.runs.logparse import parse_file
+from caffetool.train import caffe_commands, final_test, session
 
 from .caffe_root import AUTOENCODER, autoencoder_log
 from .conftest import PROJECT
@@ -68,7 +68,7 @@ def test_caffes_own_test_at_the_last_iteration_is_kept(engine, fashion_data, tmp
     assert final["measured_by"] == {"test0": "caffe train"}
     assert final["test0"] == logged and logged["NumIters"] == 40
     assert "final_test" in result.manifest["timings_s"]
-    assert evaluate.summary(final) == [f"final test: iteration 40: accuracy {logged['accuracy']:.4f}, "
+    assert final_test.summary(final) == [f"final test: iteration 40: accuracy {logged['accuracy']:.4f}, "
                                        f"loss {logged['loss']:.4f}"]
 
 
@@ -88,7 +88,7 @@ def test_every_test_net_of_the_autoencoder_is_measured_with_its_stage(engine, ca
     log, solver = autoencoder_log(engine, caffe, fashion_data, tmp_path)
     m = parse_file(log)
     said = []
-    final = evaluate.measure(engine, tmp_path, solver, m, [], caffe.proto.caffe_pb2, say=said.append)
+    final = final_test.measure(engine, tmp_path, solver, m, [], caffe.proto.caffe_pb2, say=said.append)
     assert final.measured_by == {"test0": "caffe test", "test1": "caffe test"} and final.not_measured is None
     assert said == ["testing the weights of iteration 30: test net #0 (5 batches), test net #1 (3 batches)"]
     for net, stage, batches in ((0, "test-on-train", 5), (1, "test-on-test", 3)):
@@ -113,7 +113,7 @@ def test_the_test_nets_are_built_in_caffes_order(caffe, tmp_path):
     (tmp_path / "solver.prototxt").write_text(
         'test_net: "a.prototxt"\nnet: "b.prototxt"\ntest_iter: 2\ntest_iter: 3\ntest_iter: 4\n'
         'test_state { stage: "x" }\ntest_state { stage: "y" level: 2 }\ntest_state { }\n')
-    nets = evaluate.test_nets(tmp_path / "solver.prototxt", tmp_path, caffe.proto.caffe_pb2)
+    nets = final_test.test_nets(tmp_path / "solver.prototxt", tmp_path, caffe.proto.caffe_pb2)
     assert [(t.index, t.source, t.batches, t.net.name) for t in nets] == [
         (0, "test_net a.prototxt", 2, "a"), (1, "net b.prototxt", 3, "b"), (2, "net b.prototxt", 4, "b")]
     assert [(list(t.net.state.stage), t.net.state.level, t.net.state.phase) for t in nets] == [
@@ -130,16 +130,16 @@ def test_without_weights_at_the_last_iteration_the_figure_is_not_measured(engine
     assert done.returncode == 0, done.stderr[-1000:]
     (tmp_path / "caffe.log").write_text(done.stderr)
     m = parse_file(tmp_path / "caffe.log")
-    final = evaluate.measure(engine, tmp_path, tmp_path / "solver.prototxt", m, [], caffe.proto.caffe_pb2,
+    final = final_test.measure(engine, tmp_path, tmp_path / "solver.prototxt", m, [], caffe.proto.caffe_pb2,
                              say=lambda _: None)
     assert (final.measured_by, final.not_measured) == ({}, "no weights were saved at iteration 15")
-    record = evaluate.last_figures(m) | final.record()
+    record = final_test.last_figures(m) | final.record()
     loss = m.test[0][-1]["loss"]
-    assert evaluate.summary(record) == [f"final test: iteration 10: loss {loss:.4f}",
+    assert final_test.summary(record) == [f"final test: iteration 10: loss {loss:.4f}",
                                         "            not measured at iteration 15: no weights were saved at iteration 15"]
 
 
 def test_a_run_that_did_not_finish_names_its_last_test_as_such():
     final = {"iteration": 25, "test0": {"NumIters": 0, "Seconds": 0.1, "LearningRate": 0.01, "accuracy": 0.1}}
-    assert evaluate.summary(final, finished=False) == ["last test:  iteration 0: accuracy 0.1000"]
-    assert evaluate.summary(final) == ["final test: iteration 0: accuracy 0.1000"]
+    assert final_test.summary(final, finished=False) == ["last test:  iteration 0: accuracy 0.1000"]
+    assert final_test.summary(final) == ["final test: iteration 0: accuracy 0.1000"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 
 from .conftest import PROJECT
 
@@ -44,6 +45,7 @@ def test_a_caffe_run_without_the_settings_would_be_seen(engine, tmp_path):
     assert "caffe.FATAL" in glog_files(tmp)
 
 
+@pytest.mark.engine
 def test_typical_commands_leave_no_glog_files(fashion_data, tmp_path):
     tmp, runs = tmp_path / "tmp", tmp_path / "runs"
     data = str(fashion_data.path.parent)
@@ -58,6 +60,7 @@ def test_typical_commands_leave_no_glog_files(fashion_data, tmp_path):
     assert glog_files(tmp) == []
 
 
+@pytest.mark.engine
 def test_the_suites_own_calls_of_caffe_tools_leave_no_glog_files(tmp_path):
     """Tests that compare with Caffe's own converters run them as caffetool does (glog to stderr)."""
     tmp = tmp_path / "tmp"

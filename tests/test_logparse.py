@@ -11,7 +11,7 @@ import pytest
 
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import RunError
-from caffetool.train.logparse import LogParser, outputs, parse_file
+from caffetool.runs.logparse import LogParser, outputs, parse_file
 
 PROJECT = Path(__file__).resolve().parent.parent
 

@@ -16,7 +16,7 @@ from google.protobuf import text_format
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
 from caffetool.memory import fit as fitting
-from caffetool.memory import measure, nets, table
+from caffetool.memory import measure, netsource, table
 
 from .test_nets import expected_params
 from .test_tasks_engine import invoke
@@ -117,7 +117,7 @@ def expected_macc(name: str) -> int:
 
 @pytest.mark.parametrize("name", ["lenet", "caffenet", "vgg16"])
 def test_parameters_and_maccs_match_the_layer_definitions(caffe, name):
-    source = nets.load(caffe, name, None, None, None, batch=1, test_batch=1)
+    source = netsource.load(caffe, name, None, None, None, batch=1, test_batch=1)
     e = est.estimate(source.net, est.Options(input_shape=source.input_shape))
     assert e.params == (431_080 if name == "lenet" else expected_params(name))
     learned = sum(r.macc for r in e.rows if r.type in ("Convolution", "InnerProduct"))
@@ -125,7 +125,7 @@ def test_parameters_and_maccs_match_the_layer_definitions(caffe, name):
 
 
 def test_estimate_matches_what_caffe_allocates_for_lenet(caffe, engine):
-    source = nets.load(caffe, "lenet", None, None, None, batch=64)
+    source = netsource.load(caffe, "lenet", None, None, None, batch=64)
     e = est.estimate(source.net, est.Options(input_shape=source.input_shape))
     got = measure.measure(engine, caffe, source.net, "SGD", source.input_shape, 10)
     assert abs(e.total - got["allocated"]) / got["allocated"] <= 0.02
@@ -135,7 +135,7 @@ def test_estimate_matches_what_caffe_allocates_for_lenet(caffe, engine):
 def test_per_sample_and_fixed_parts_add_up(caffe, mode, tuned):
     """Memory grows linearly with the batch; on the OpenMP engine's CPU the convolutions' scratch stops
     growing at 8 MiB a thread, so there the line is an upper bound."""
-    source = nets.load(caffe, "lenet", None, None, None, batch=64)
+    source = netsource.load(caffe, "lenet", None, None, None, batch=64)
     options = est.Options(input_shape=source.input_shape, mode=mode, tuned=tuned)
     fixed, per = est.per_sample(source.net, options)
     for batch in (10, 100):
@@ -206,6 +206,7 @@ def test_layers_after_an_unshaped_blob_are_listed_and_the_rest_estimated(caffe):
     assert e.params == 3 * 10 + 3
 
 
+@pytest.mark.engine
 def test_malformed_prototxt_names_line_and_column(tmp_path):
     path = tmp_path / "bad.prototxt"
     path.write_text('name: "x"\nlayer {\n  name: "a"\n  type: "Input"\n  bottom "y"\n}\n')
@@ -213,6 +214,7 @@ def test_malformed_prototxt_names_line_and_column(tmp_path):
     assert done.returncode == 1 and re.match(rf"Error: {re.escape(str(path))}:5:\d+: ", done.stderr)
 
 
+@pytest.mark.engine
 def test_estimate_task_prints_the_groups_and_json(tmp_path):
     done = invoke("memory.estimate", "--model", "lenet", "--batch-size", "64")
     assert done.returncode == 0, done.stderr
@@ -228,6 +230,7 @@ def test_estimate_task_prints_the_groups_and_json(tmp_path):
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.engine
 def test_fit_answers_for_vgg16_on_a_12gb_card():
     done = invoke("memory.fit", "--model", "vgg16", "--gpu-memory", "12GiB", "--batch-size", "128")
     assert done.returncode == 0, done.stderr
@@ -246,6 +249,7 @@ def test_fit_refuses_an_unknown_card():
     assert done.returncode == 1 and done.stderr.startswith("Error: unknown --gpu 'Voodoo2'; choose one of: GTX 980")
 
 
+@pytest.mark.engine
 def test_report_reproduces_the_published_rule_of_thumb_and_names_its_sources():
     done = invoke("memory.report")
     assert done.returncode == 0, done.stderr
@@ -266,12 +270,12 @@ def test_invalid_options_are_refused(caffe):
 def test_gpu_preflight_refuses_a_run_that_cannot_fit(caffe):
     from caffetool.train import preflight
 
-    source = nets.load(caffe, "vgg16", None, None, None, batch=64)
+    source = netsource.load(caffe, "vgg16", None, None, None, batch=64)
     options = est.Options(input_shape=source.input_shape)
     twelve = 12 * 2**30  # card sizes are data here: these machines have no GPU to ask
     with pytest.raises(ConfigError, match=r"needs about [\d.]+ GiB per GPU.*the largest batch that fits is \d+"):
         preflight.check(source.net, options, [twelve, twelve])
-    small_batch = nets.load(caffe, "vgg16", None, None, None, batch=4)
+    small_batch = netsource.load(caffe, "vgg16", None, None, None, batch=4)
     assert preflight.check(small_batch.net, options, [twelve]) < twelve
     assert preflight.check(source.net, options, []) is None
 
@@ -301,6 +305,7 @@ def test_a_blob_past_int_max_is_refused_where_caffe_refuses_it(caffe, engine, tm
                               "within that limit is 1 (--batch-size 1)")
 
 
+@pytest.mark.engine
 def test_estimate_task_refuses_a_batch_caffe_cannot_build():
     done = invoke("memory.estimate", "--model", "vgg16", "--batch-size", "1000")
     assert done.returncode == 1 and "Traceback" not in done.stderr
@@ -333,7 +338,7 @@ def test_the_batch_is_split_exactly(batch, largest, split):
 
 
 def test_fit_keeps_an_asked_iter_size_in_the_effective_batch(caffe):
-    source = nets.load(caffe, "vgg16", None, None, None, batch=64)
+    source = netsource.load(caffe, "vgg16", None, None, None, batch=64)
     options = est.Options(input_shape=source.input_shape, iter_size=2)
     f = fitting.fit(source.net, options, 12 * 2**30, 400 * 2**20)
     split = next(c for c in f.changes if "iter_size" in c.name)
@@ -342,7 +347,7 @@ def test_fit_keeps_an_asked_iter_size_in_the_effective_batch(caffe):
 
 
 def test_the_largest_batch_stops_at_caffes_blob_limit(caffe):
-    source = nets.load(caffe, "lenet", None, None, None, batch=64)
+    source = netsource.load(caffe, "lenet", None, None, None, batch=64)
     options = est.Options(input_shape=source.input_shape)
     f = fitting.fit(source.net, options, 80 * 2**30, 400 * 2**20)
     assert f.largest_batch == (2**31 - 1) // (20 * 24 * 24) == f.blob_limit_batch  # conv1's top per sample
@@ -353,7 +358,7 @@ def test_the_largest_batch_stops_at_caffes_blob_limit(caffe):
 
 
 def test_fit_says_when_no_batch_fits(caffe):
-    source = nets.load(caffe, "vgg16", None, None, None, batch=64)
+    source = netsource.load(caffe, "vgg16", None, None, None, batch=64)
     options = est.Options(input_shape=source.input_shape)
     f = fitting.fit(source.net, options, 300 * 2**20, 0)
     assert f.largest_batch == 0 and not any("iter_size" in c.name for c in f.changes)

@@ -267,9 +267,9 @@ def test_cudnn_replaces_only_the_layers_bvlc_caffe_gives_it(caffe):
 
 
 def test_vgg16_estimate_takes_under_100_ms(caffe):
-    from caffetool.memory import nets
+    from caffetool.memory import netsource
 
-    source = nets.load(caffe, "vgg16", None, None, None, 64)
+    source = netsource.load(caffe, "vgg16", None, None, None, 64)
     options = est.Options(input_shape=source.input_shape)
     assert min(est.estimate(source.net, options).seconds for _ in range(5)) < 0.1
 

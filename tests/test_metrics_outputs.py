@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from caffetool.train import evaluate, metrics_io, plots, progress, report
-from caffetool.train.logparse import Metrics, parse_file
+from caffetool.runs import comparison, metrics_io
+from caffetool.runs.logparse import Metrics, parse_file
+from caffetool.train import final_test, plots, progress
 
 from .caffe_root import autoencoder_log
 
@@ -72,17 +73,17 @@ def test_progress_shows_each_test_nets_outputs(autoencoder):
 
 def test_the_report_has_a_column_for_each_test_output(autoencoder):
     manifest = {"name": "ae", "status": "finished", "iterations": 30, "timings_s": {"solving": 3.0},
-                "device": {"label": "CPU"}, "final": evaluate.last_figures(autoencoder)}
+                "device": {"label": "CPU"}, "final": final_test.last_figures(autoencoder)}
     classifier = {"name": "lenet", "status": "finished", "iterations": 30, "timings_s": {"solving": 1.5},
                   "device": {"label": "CPU"}, "final": {"test0": {"NumIters": 30, "accuracy": 0.7, "loss": 0.8}}}
-    t = report.table([manifest, classifier])
+    t = comparison.table([manifest, classifier])
     assert t.columns == ["run", "device(s)", "iterations", "wall time", "iter/s",
                          "test #0 cross_entropy_loss", "test #0 l2_error", "test #1 cross_entropy_loss",
                          "test #1 l2_error", "test #0 accuracy", "test #0 loss", "tested at", "speed-up"]
     l2 = autoencoder.test[1][-1]["l2_error"]
     assert t.cells[0][8] == f"{l2:.4f}" and t.cells[0][-2:] == ["20", "1.00x"]
     assert t.cells[1][5:] == ["—", "—", "—", "—", "0.7000", "0.8000", "30", "2.00x"]
-    alone = report.table([classifier])
+    alone = comparison.table([classifier])
     assert alone.columns[5:] == ["test accuracy", "test loss", "tested at", "speed-up"]
-    assert report.text(alone).splitlines()[1].split() == ["lenet", "CPU", "30", "1.5", "s", "20.0", "0.7000",
+    assert comparison.text(alone).splitlines()[1].split() == ["lenet", "CPU", "30", "1.5", "s", "20.0", "0.7000",
                                                           "0.8000", "30", "1.00x"]

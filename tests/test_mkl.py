@@ -21,8 +21,16 @@ import pytest
 from caffetool import config
 from caffetool.engine import elf, mkl, source
 from caffetool.engine.locate import locate
-from caffetool.engine.recipe import (BLAS, CAFFE_SOURCE, DEFAULT_BLAS, FIX_PATCHES, MKL_PATCHES,
-                                     PROJECT_PATCHES, BuildOptions, cmake_flags)
+from caffetool.engine.recipe import (
+    BLAS,
+    CAFFE_SOURCE,
+    DEFAULT_BLAS,
+    FIX_PATCHES,
+    MKL_PATCHES,
+    PROJECT_PATCHES,
+    BuildOptions,
+    cmake_flags,
+)
 from caffetool.errors import BuildError, EngineError
 
 from .conftest import PROJECT
@@ -231,13 +239,13 @@ def test_the_mkl_engine_trains_lenet_as_the_openblas_engine_does(mkl_engine, eng
     openblas = engine_on("openblas", engine)
     from caffetool import glog
     from caffetool.engine.locate import caffe_env
-    from caffetool.nets import generate, model, solver
+    from caffetool.nets import declaration, generate, solver
 
     options = solver.SolverOptions(max_iter=200, display=50, random_seed=1, snapshot=1000, test_interval=1000,
                                    mode="cpu")
     losses = {}
     for name, built in (("openblas", openblas), ("mkl", mkl_engine)):
-        files = generate.generate(built, model.get("lenet"), fashion_data, tmp_path / name, options).files
+        files = generate.generate(built, declaration.get("lenet"), fashion_data, tmp_path / name, options).files
         done = subprocess.run([built.caffe, "train", f"-solver={files[generate.SOLVER].name}"],
                               cwd=files[generate.SOLVER].parent, capture_output=True, text=True,
                               env={**caffe_env(), "OMP_NUM_THREADS": "2"}, timeout=600)
@@ -273,11 +281,11 @@ np.save(sys.argv[3], net.blobs["ip2"].data)
 def test_the_mkl_engine_scores_the_same_bits_on_any_thread_count(mkl_engine, caffe, tmp_path):
     """What lets `evaluate` (this process's threads) equal `caffe test` (the child's): MKL's strict
     reproducibility, which caffetool's environment turns on (without it scores differ by ~1e-5)."""
-    from caffetool.nets import build, model, prototxt
+    from caffetool.nets import builders, declaration, prototxt
 
-    m = model.get("lenet")
+    m = declaration.get("lenet")
     path = tmp_path / "lenet_b64.prototxt"
-    path.write_text(prototxt.to_text(build.deploy(caffe, m, build.shape_of(m), batch=64)))
+    path.write_text(prototxt.to_text(builders.deploy(caffe, m, builders.shape_of(m), batch=64)))
     (tmp_path / "forward.py").write_text(FORWARD)
     scores = {}
     for threads in (1, 2):

@@ -12,9 +12,9 @@ from caffetool.data import db, layout
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffeRefused, ConfigError, NetError
-from caffetool.nets import generate, model, prototxt, solver
+from caffetool.nets import declaration, generate, prototxt, solver
 
-MODELS = model.discover()
+MODELS = declaration.discover()
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +242,7 @@ def test_missing_dataset_is_refused_through_the_task(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.engine
 def test_model_list_shows_every_model():
     from .test_tasks_engine import invoke
 
@@ -255,10 +256,10 @@ def test_model_list_shows_every_model():
 def test_a_broken_model_declaration_is_named(tmp_path):
     (tmp_path / "mine.py").write_text("MODEL = Model(\n")
     with pytest.raises(NetError, match=rf"^{tmp_path}/mine.py cannot be loaded: SyntaxError: "):
-        model.discover(tmp_path)
+        declaration.discover(tmp_path)
     (tmp_path / "mine.py").write_text("MODEL = 5\n")
     with pytest.raises(NetError, match=rf"^{tmp_path}/mine.py defines no MODEL = Model\(...\)$"):
-        model.discover(tmp_path)
+        declaration.discover(tmp_path)
 
 
 GENERATED = ["deploy.prototxt", "snapshots", "solver.prototxt", "train_val.prototxt"]

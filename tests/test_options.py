@@ -65,6 +65,7 @@ def test_generate_refuses_solver_values_before_writing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.engine
 def test_names_are_taken_in_any_case(fashion_data, tmp_path):
     done = invoke("model.generate", "--model", "lenet", "--dataset", "fashion-mnist", "--type", "adam",
                   "--mode", "CPU", "--data-dir", str(fashion_data.path.parent), "--out", str(tmp_path / "out"))

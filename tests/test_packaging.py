@@ -5,12 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 
 import pytest
+import tomllib
 
-from caffetool.nets import model
+from caffetool.nets import declaration
 
 from .conftest import PROJECT
 
@@ -19,10 +19,10 @@ SHIPPED = ["alexnet", "caffenet", "googlenet", "lenet", "vgg16"]
 # Run in a fresh venv, away from the checkout: which caffetool is imported, where its models are.
 WHERE = """
 import caffetool
-from caffetool.nets import model
+from caffetool.nets import declaration
 print(caffetool.__file__)
-print(model.DEFAULT_DIR)
-print(" ".join(sorted(model.discover())))
+print(declaration.DEFAULT_DIR)
+print(" ".join(sorted(declaration.discover())))
 """
 
 
@@ -34,8 +34,8 @@ def test_pyproject_lists_every_package():
 
 
 def test_the_checkout_install_finds_the_models_folder():
-    assert model.DEFAULT_DIR == PROJECT / "models"
-    assert sorted(model.discover()) == SHIPPED
+    assert declaration.DEFAULT_DIR == PROJECT / "models"
+    assert sorted(declaration.discover()) == SHIPPED
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""caffetool.train.project: a user's own solver and nets, copied into a run directory and trained there
+"""caffetool.nets.project: a user's own solver and nets, copied into a run directory and trained there
 with the real ``caffe train``, the user's folder untouched."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from caffetool.checksum import sha256_file
 from caffetool.demo import classifier
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import ConfigError, DataError, NetError, RunError
+from caffetool.nets import project
 from caffetool.nets.solver import SolverOptions
-from caffetool.train import project, session
+from caffetool.train import session
 from tests.caffe_root import AUTOENCODER_SOLVER, lay_out
 from tests.conftest import PROJECT
 

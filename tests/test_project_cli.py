@@ -30,6 +30,7 @@ from caffetool.data import datum
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.nets import prototxt
 from tests.caffe_root import AUTOENCODER_SOLVER, lay_out
+from tests.processes import stop
 
 CAFFETOOL = Path(sys.executable).parent / "caffetool"
 LENET_SOLVER = "examples/mnist/lenet_solver.prototxt"
@@ -49,17 +50,7 @@ def process_group(argv: list[str], cwd: Path, **popen: object) -> Iterator[subpr
     try:
         yield child
     finally:
-        if child.poll() is None:
-            child.terminate()
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(child.pid, signal.SIGKILL)  # grandchildren too (caffe)
-        except ProcessLookupError:
-            pass
-        child.wait()
+        stop(child, group=True)  # grandchildren too (caffe)
 
 
 def caffetool(*args: str, cwd: Path, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:

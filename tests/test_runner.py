@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from caffetool.runs.logparse import LogParser, Metrics
 from caffetool.train import progress, runner
-from caffetool.train.logparse import LogParser, Metrics
 
 # A stand-in for caffe's signal handling: it reports each signal it gets on stdout.
 LISTENER = textwrap.dedent("""

@@ -10,7 +10,8 @@ import pytest
 from caffetool.data.layout import Dataset
 from caffetool.engine import EngineInfo
 from caffetool.nets.solver import SolverOptions
-from caffetool.train import session, snapshots
+from caffetool.runs import snapshots
+from caffetool.train import session
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,24 @@ def test_a_run_is_read_from_googletests_summary():
     assert suite.summarise(passing, 1, 1.0).failed == []
 
 
+def test_a_test_that_aborts_the_binary_is_named(tmp_path):
+    """A stand-in for test.testbin (a script, built by real make) that dies in its second test, as a
+    GPU test does on a machine without a driver (glog's CHECK aborts the process)."""
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    (tmp_path / "run.out").write_text("[==========] Running 2 tests from 1 test case.\n[ RUN      ] A.One\n"
+                                      "[       OK ] A.One (0 ms)\n[ RUN      ] PlatformTest.TestInitialization\n"
+                                      "F1125 test_platform.cpp:42] Check failed: error == cudaSuccess (35 vs. 0)\n")
+    (build_dir / "Makefile").write_text(
+        f"{suite.TARGET}:\n\tmkdir -p test && printf '#!/bin/sh\\ncat {tmp_path / 'run.out'}; exit 134\\n' "
+        f"> test/{suite.TARGET} && chmod +x test/{suite.TARGET}\n")
+    with pytest.raises(BuildError) as failed:
+        suite.run(tmp_path, build_dir, 1, tmp_path / "log", {}, suite.plan(cuda=True, openmp=False, gpu_visible=False))
+    assert str(failed.value) == ("Caffe's test suite stopped on 1 thread(s) before its end, in "
+                                 "PlatformTest.TestInitialization (the test aborted the binary); the engine was not "
+                                 f"installed. Full log: {tmp_path / 'log'}")
+
+
 def test_output_without_a_summary_is_an_error_not_a_pass():
     with pytest.raises(BuildError, match="ran no tests"):
         suite.summarise(["Segmentation fault"], 1, 0.1)
@@ -81,7 +99,8 @@ def test_which_tests_run_follows_the_build_and_the_machine():
     assert suite.plan(cuda=False, openmp=False, gpu_visible=False).threads == (1,)
     assert suite.plan(cuda=True, openmp=False, gpu_visible=True) == suite.Plan("", (1,))
     half = suite.plan(cuda=True, openmp=False, gpu_visible=False).test_filter
-    assert half == "--gtest_filter=-*GPU*:*/2.*:*/3.*:CuDNN*:Im2colKernelTest*:CommonTest.TestBrewMode"
+    assert half == ("--gtest_filter=-*GPU*:*/2.*:*/3.*:CuDNN*:Im2colKernelTest*:PlatformTest.*:"
+                    "CommonTest.TestBrewMode")
 
 
 def test_a_plan_reaches_the_test_binary(tmp_path):

@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from caffetool.sweep import run as sweeps
+from caffetool.sweep import launch, sweeprecord
 
 CAFFETOOL = Path(sys.executable).parent / "caffetool"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 # A net whose train phase reshapes to a fixed batch of 64: Caffe refuses it at any other batch size.
 FIXED_BATCH_NET = """name: "FixedBatch"
@@ -257,10 +257,10 @@ def test_two_node_cluster_places_trials_on_both_nodes(tmp_path: Path, engine, fa
     cluster.add_node(num_cpus=1)
     lines: list[str] = []
     try:
-        plan = sweeps.Plan(name="two", params=["base_lr=0.001,0.05"], address=cluster.address,
+        plan = sweeprecord.Plan(name="two", params=["base_lr=0.001,0.05"], address=cluster.address,
                            fixed={"max_iter": "200", "test_iter": "5"}, data_dir=str(fashion_data.path.parent),
                            cwd=str(tmp_path))
-        outcome = sweeps.start(plan, engine, tmp_path / "runs", say=lines.append)
+        outcome = launch.start(plan, engine, tmp_path / "runs", say=lines.append)
     finally:
         cluster.shutdown()
     assert any("2 CPUs, 0 GPUs on 2 node(s)" in line for line in lines), lines

@@ -9,8 +9,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from caffetool.errors import RunError
 from caffetool.nets.solver import SolverOptions
+from caffetool.runs.logparse import Metrics, parse_file
 from caffetool.train import session, tensorboard
-from caffetool.train.logparse import Metrics, parse_file
 
 from .caffe_root import autoencoder_log
 from .smalldisk import small_disk

@@ -21,10 +21,12 @@ from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine import EngineInfo
 from caffetool.errors import ConfigError
 from caffetool.nets import solver
-from caffetool.train import devices, metrics_io, session, snapshots
-from caffetool.train.logparse import parse_file
+from caffetool.runs import metrics_io, snapshots
+from caffetool.runs.logparse import parse_file
+from caffetool.train import devices, session
 
 from .conftest import PROJECT
+from .processes import stop
 from .smalldisk import small_disk
 
 QUICK = {"test-interval": "100", "test-iter": "5", "display": "20"}
@@ -53,7 +55,7 @@ def train(data_dir, runs, **given):
 
 
 @pytest.fixture(scope="module")
-def finished_run(data_dir, tmp_path_factory):
+def finished_run(engine, data_dir, tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     done = train(data_dir, runs, max_iter=200, name="short")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -132,6 +134,7 @@ def test_parse_any_log(finished_run, tmp_path):
     assert (tmp_path / "caffe.metrics.csv").exists() and (tmp_path / "caffe.metrics.json").exists()
 
 
+@pytest.mark.engine
 def test_time_shows_layers_by_cost():
     done = invoke("train.time", "--model", "lenet", "--batch-size", "16", "--iterations", "3")
     assert done.returncode == 0, done.stderr
@@ -141,6 +144,7 @@ def test_time_shows_layers_by_cost():
     assert shares == sorted(shares, reverse=True) and {ln.split()[0] for ln in lines[2:]} >= {"conv1", "conv2", "ip1"}
 
 
+@pytest.mark.engine
 def test_nan_loss_stops_the_run_with_a_hint(data_dir, tmp_path):
     done = train(data_dir, tmp_path, max_iter=5000, base_lr="1e8", display=1, name="nan")
     assert done.returncode == 1
@@ -168,8 +172,7 @@ def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path, ca
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=120)
     finally:
-        if child.poll() is None:
-            child.kill()
+        stop(child, grace=0)
     assert child.returncode == 130, err[-1500:]
     run = tmp_path / "stop"
     m = json.loads((run / "manifest.json").read_text())
@@ -188,6 +191,7 @@ def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path, ca
     assert m["status"] == "finished" and m["resumes"][0]["from"] == f"snapshots/lenet_iter_{stopped_at}.solverstate"
 
 
+@pytest.mark.engine
 def test_missing_lmdb_is_reported_and_nothing_deleted(data_dir, tmp_path):
     done = train(data_dir, tmp_path, max_iter=20, name="gone")
     assert done.returncode == 0, done.stderr[-1500:]
@@ -204,6 +208,7 @@ def test_missing_lmdb_is_reported_and_nothing_deleted(data_dir, tmp_path):
     assert (tmp_path / "gone" / "snapshots" / "lenet_iter_20.caffemodel").exists()
 
 
+@pytest.mark.engine
 def test_gpu_request_on_a_cpu_engine_is_refused_before_anything(data_dir, tmp_path):
     done = train(data_dir, tmp_path, gpu="all", name="gpu")
     assert done.returncode == 1
@@ -288,12 +293,14 @@ def test_caffe_train_command(engine):
         "-sighup_effect=stop", "-weights=/w.caffemodel", "-gpu=all"]
 
 
+@pytest.mark.engine
 def test_invalid_run_name(data_dir, tmp_path):
     done = train(data_dir, tmp_path, name="../escape")
     assert done.returncode == 1 and "--name '../escape' must be letters, digits" in done.stderr
     assert not (tmp_path.parent / "escape").exists()
 
 
+@pytest.mark.engine
 def test_solver_options_reach_the_run(data_dir, tmp_path):
     request = session.TrainRequest(dataset="fashion-mnist", data_dir=data_dir, runs_dir=tmp_path, name="adam",
                                    options=solver.SolverOptions(type="Adam", max_iter=20, test_interval=20,
@@ -319,6 +326,7 @@ def test_caffe_refusing_the_setup_leaves_no_run(data_dir, tmp_path, caffe):
     assert list(runs.iterdir()) == []
 
 
+@pytest.mark.engine
 def test_progress_lines_while_training_when_output_is_not_a_terminal(data_dir, tmp_path):
     """CI, nohup, a log file: no bar is drawn there, so a plain line comes every 5% as training goes."""
     child = subprocess.Popen([sys.executable, "-m", "invoke", "train", "--data-dir", str(data_dir),
@@ -328,8 +336,7 @@ def test_progress_lines_while_training_when_output_is_not_a_terminal(data_dir, t
         seen = [(line.rstrip("\n"), child.poll() is None) for line in child.stdout]
         child.wait(60)
     finally:
-        if child.poll() is None:
-            child.kill()
+        stop(child, grace=0)
     assert child.returncode == 0, child.stderr.read()[-1500:]
     progress = [(line, running) for line, running in seen if line.startswith("iteration ")]
     heads = [line.split(":")[0] for line, _ in progress]
@@ -364,8 +371,7 @@ def test_sigkill_of_train_takes_caffe_along_and_the_run_is_resumed(data_dir, tmp
             time.sleep(0.05)
         assert _process_gone(caffes[0]), "caffe trains on without the process that records it"
     finally:
-        if child.poll() is None:
-            child.kill()
+        stop(child, grace=0)
     assert json.loads((run / "manifest.json").read_text())["status"] == "running"  # nobody could say otherwise
     done = invoke("train.report", "killed", "--runs-dir", str(tmp_path), "--out", str(tmp_path / "reports"))
     assert done.returncode == 0, done.stderr

@@ -78,7 +78,7 @@ def lines(r: dict, estimated: dict[str, dict[str, int]] | None) -> list[str]:
     suite = r.get("caffe_test_suite", {})
     if "tests_run" in suite:
         out.append(f"Caffe's test suite: {suite['tests_ok']} of {suite['tests_run']} passed in {suite['seconds']} s "
-                   f"({suite['shards']} shards); failed {suite['failed']}")
+                   f"({suite['shards']} shards); failed {suite['failed']}; shards aborted in {suite.get('aborted')}")
         rerun = r.get("caffe_test_suite_rerun", {})
         if rerun:
             out.append(f"  alone again: {rerun.get('tests_ok')} passed, still failing {rerun.get('still_failed')}")

@@ -171,7 +171,7 @@ def install(proof: Proof) -> None:
 # ---- training ---------------------------------------------------------------------------------
 
 def training(proof: Proof) -> None:
-    from caffetool.train import logparse
+    from caffetool.runs import logparse
 
     nets = WORK / "nets"
 
@@ -393,30 +393,35 @@ def gtest(proof: Proof, shards: int) -> None:
             log.close()
         ran = ok = 0
         failed: list[str] = []
+        aborted: list[str] = []  # a shard that died (a CHECK aborts the binary): the test it was in
         for index in range(shards):
-            for line in proof.log(f"gtest_shard{index}").read_text(errors="replace").splitlines():
+            lines = proof.log(f"gtest_shard{index}").read_text(errors="replace").splitlines()
+            for line in lines:
                 if m := SUMMARY.match(line):
                     ran += int(m.group(1))
                 elif OK.match(line):
                     ok += 1
                 elif (m := FAILED.match(line)) and "." in m.group(1) and m.group(1) not in failed:
                     failed.append(m.group(1))
+            running = [line.split("]", 1)[1].strip() for line in lines if line.startswith("[ RUN      ]")]
+            if running and not any(SUMMARY.match(line) for line in lines):
+                aborted.append(running[-1])
         entry.update(shards=shards, exits=codes, seconds=round(time.perf_counter() - start, 1), tests_run=ran,
-                     tests_ok=ok, failed=failed)
+                     tests_ok=ok, failed=failed, aborted=aborted)
 
     def rerun(entry: dict) -> None:
-        failed = proof.results["caffe_test_suite"]["failed"]
+        failed = proof.results["caffe_test_suite"]["failed"] + proof.results["caffe_test_suite"]["aborted"]
         with open(proof.log("gtest_rerun"), "w") as log:
             code = subprocess.run([str(binary), f"--gtest_filter={':'.join(failed)}"], cwd=source, stdout=log,
                                   stderr=subprocess.STDOUT, env=proof.env,
                                   timeout=max(5.0, proof.left() - 10)).returncode
         lines = proof.log("gtest_rerun").read_text(errors="replace").splitlines()
-        entry.update(exit=code, tests_ok=sum(bool(OK.match(line)) for line in lines),
-                     still_failed=sorted({m.group(1) for line in lines if (m := FAILED.match(line)) and "." in m.group(1)}))
+        passed = {m.group(1) for line in lines if (m := OK.match(line))}
+        entry.update(exit=code, tests_ok=len(passed), still_failed=sorted(set(failed) - passed))
 
     proof.do("gtest_unpack", unpack)
     proof.do("caffe_test_suite", suite, 60)
-    if proof.results["caffe_test_suite"].get("failed"):
+    if proof.results["caffe_test_suite"].get("failed") or proof.results["caffe_test_suite"].get("aborted"):
         proof.do("caffe_test_suite_rerun", rerun, 20)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -96,47 +97,56 @@ def encode_chunk(pixels: memoryview | bytes, labels: bytes, n: int,
     return [view[i * length : (i + 1) * length] for i in range(n)]
 
 
-def decode(record: bytes, caffe_pb2: ModuleType) -> tuple[int, int, int, bytes, int]:
-    """(channels, height, width, data, label) of a serialised Datum of raw 8-bit pixels."""
+def parse(record: bytes, caffe_pb2: ModuleType) -> Any:
+    """A serialised Datum as a ``caffe_pb2.Datum``; anything else is refused as what it is not."""
     message = caffe_pb2.Datum()
     try:
         message.ParseFromString(record)
     except DecodeError as e:
-        raise DataError(f"a record is not a Caffe Datum ({e})") from e
-    if message.encoded or message.float_data:
-        kind = "encoded images" if message.encoded else "float_data"
-        raise DataError(f"a record holds {kind}; only raw 8-bit pixels (as convert_mnist_data writes) are read")
+        raise DataError(f"a record is not a Caffe Datum ({e})") from None
+    return message
+
+
+def planes(message: Any, flag: int | None = None) -> Any:
+    """A parsed Datum's 8-bit pixels as a (C, H, W) uint8 array: raw pixels as they are, an encoded
+    image decoded with OpenCV's ``flag`` (default ``IMREAD_UNCHANGED``: the image's own channels, as
+    Caffe's ``DecodeDatumNative`` keeps them) and laid out channel by channel. ``float_data`` and
+    images of other depths are refused: Caffe's ``CVMatToDatum`` and DataTransformer take 8 bits."""
+    import numpy as np  # noqa: PLC0415
+
+    if message.encoded:
+        import cv2  # noqa: PLC0415 - OpenCV only for encoded records
+
+        image = cv2.imdecode(np.frombuffer(message.data, np.uint8), cv2.IMREAD_UNCHANGED if flag is None else flag)
+        if image is None:
+            raise DataError("a record's encoded image cannot be decoded")
+        if image.dtype != np.uint8:
+            raise DataError(f"a record's encoded image has {image.dtype} pixels; only 8-bit images are read")
+        return image.reshape(image.shape[0], image.shape[1], -1).transpose(2, 0, 1)
+    if message.float_data:
+        raise DataError("a record holds float_data; only raw 8-bit pixels (as convert_mnist_data writes) are read")
     size = message.channels * message.height * message.width
     if len(message.data) != size:
         raise DataError(f"a record of {message.channels}x{message.height}x{message.width} holds "
                         f"{len(message.data)} bytes of pixels, expected {size}")
-    return message.channels, message.height, message.width, message.data, message.label
+    return np.frombuffer(message.data, np.uint8).reshape(message.channels, message.height, message.width)
+
+
+def decode(record: bytes, caffe_pb2: ModuleType) -> tuple[int, int, int, bytes, int]:
+    """(channels, height, width, data, label) of a serialised Datum of raw 8-bit pixels."""
+    message = parse(record, caffe_pb2)
+    if message.encoded:
+        raise DataError("a record holds encoded images; only raw 8-bit pixels (as convert_mnist_data writes) are read")
+    pixels = planes(message)
+    return message.channels, message.height, message.width, pixels.tobytes(), message.label
 
 
 def decode_any(record: bytes, caffe_pb2: ModuleType) -> tuple[int, int, int, bytes, int]:
-    """As :func:`decode`, and an encoded image decoded as ``compute_image_mean`` does it.
-
-    Caffe's ``DecodeDatumNative`` keeps the image's own channels (``imdecode`` with ``-1``), then
-    lays the pixels out channel by channel; only 8-bit images are accepted, as Caffe's
-    ``CVMatToDatum`` checks.
-    """
-    message = caffe_pb2.Datum()
-    try:
-        message.ParseFromString(record)
-    except DecodeError as e:
-        raise DataError(f"a record is not a Caffe Datum ({e})") from e
-    if not message.encoded:
-        return decode(record, caffe_pb2)
-    import cv2  # noqa: PLC0415 - OpenCV only for encoded records
-    import numpy as np  # noqa: PLC0415
-
-    image = cv2.imdecode(np.frombuffer(message.data, np.uint8), cv2.IMREAD_UNCHANGED)
-    if image is None:
-        raise DataError("a record's encoded image cannot be decoded")
-    if image.dtype != np.uint8:
-        raise DataError(f"a record's encoded image has {image.dtype} pixels; only 8-bit images are read")
-    planes = image.reshape(image.shape[0], image.shape[1], -1).transpose(2, 0, 1)
-    return planes.shape[0], planes.shape[1], planes.shape[2], planes.tobytes(), message.label
+    """As :func:`decode`, and an encoded image decoded as ``compute_image_mean`` does it (its own
+    channels, :func:`planes`)."""
+    message = parse(record, caffe_pb2)
+    pixels = planes(message)
+    return pixels.shape[0], pixels.shape[1], pixels.shape[2], pixels.tobytes(), message.label
 
 
 def read(path: Path, caffe_pb2: ModuleType, encoded: bool = False) -> Iterator[tuple[int, int, int, bytes, int]]:

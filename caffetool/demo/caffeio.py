@@ -24,8 +24,6 @@ import math
 
 import cv2
 import numpy as np
-from skimage import img_as_float
-from skimage.transform import resize
 
 EXACT_PIXELS = 4_000_000  # about 0.5 s for resize_image on 2 cores; a 12-megapixel photo takes 2.6 s
 
@@ -33,6 +31,8 @@ EXACT_PIXELS = 4_000_000  # about 0.5 s for resize_image on 2 cores; a 12-megapi
 def rgb_float(image: np.ndarray) -> np.ndarray:
     """OpenCV's decoded image (BGR/BGRA/grey, 8 or 16 bits) as ``load_image`` returns a file's: H×W×3
     RGB float32 in [0, 1] (``img_as_float``, then ``astype(float32)``), grey repeated in each channel."""
+    from skimage import img_as_float  # noqa: PLC0415 - scikit-image (and SciPy) cost 0.4 s to import
+
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[:, :, 0]
     if image.ndim == 2:
@@ -62,6 +62,8 @@ def resize_image(im: np.ndarray, new_dims: tuple[int, int], interp_order: int = 
     im_min, im_max = im.min(), im.max()
     if im_max > im_min:
         im_std = (im - im_min) / (im_max - im_min)
+        from skimage.transform import resize  # noqa: PLC0415 - only for colour models (caffe.io's resize)
+
         resized_std = resize(im_std, new_dims, order=interp_order, mode="constant")
         resized_im = resized_std * (im_max - im_min) + im_min
     else:

@@ -24,12 +24,12 @@ from typing import Any
 import cv2
 import numpy as np
 
+from caffetool.choices import choose
 from caffetool.demo import grids, preprocess
 from caffetool.engine import EngineInfo, import_caffe
-from caffetool.choices import choose
 from caffetool.errors import ConfigError, DataError, NetError, RunError
 from caffetool.nets import check, prototxt, transform
-from caffetool.train import snapshots
+from caffetool.runs import snapshots
 from caffetool.train.devices import CPU, PycaffeDevice
 
 BACKENDS = ("caffe", "opencv")

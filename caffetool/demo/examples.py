@@ -22,7 +22,6 @@ from types import ModuleType
 
 import cv2
 import numpy as np
-from google.protobuf.message import DecodeError
 
 from caffetool.data import datum, db
 from caffetool.errors import DataError, NetError, RunError
@@ -99,9 +98,4 @@ def database(run_dir: Path, caffe_pb2: ModuleType) -> Path | None:
 
 
 def _label(record: bytes, caffe_pb2: ModuleType) -> int:
-    message = caffe_pb2.Datum()
-    try:
-        message.ParseFromString(record)
-    except DecodeError as e:
-        raise DataError(f"a record is not a Caffe Datum ({e})") from None
-    return int(message.label)
+    return int(datum.parse(record, caffe_pb2).label)

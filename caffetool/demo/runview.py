@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from caffetool.errors import RunError
-from caffetool.train import rundir
+from caffetool.runs import runrecord
 
 PNG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.png$")
 PLOTS, EVALUATIONS, SUMMARY, METRICS = "plots", "eval", "summary.json", "metrics.json"
@@ -77,7 +77,7 @@ class RunView:
 
     def summary(self) -> dict[str, Any]:
         """The JSON of ``GET /api/run``."""
-        manifest = rundir.read_manifest(self.run_dir)
+        manifest = runrecord.read(self.run_dir)
         out: dict[str, Any] = {key: manifest.get(key) for key in MANIFEST_KEYS}
         dataset = manifest.get("dataset")
         out["dataset"] = dataset.get("name") if isinstance(dataset, dict) else dataset

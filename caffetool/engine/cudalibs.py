@@ -9,7 +9,6 @@ The folder layout changed with CUDA 13: the toolkit libraries moved into ``nvidi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,8 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 def installed(names: list[str]) -> dict[str, str | None]:
     """The version of each wheel installed in this Python (None: not installed)."""
+    from importlib import metadata  # noqa: PLC0415 - 30 ms at every command's start otherwise
+
     versions: dict[str, str | None] = {}
     for name in names:
         try:

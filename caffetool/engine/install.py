@@ -26,16 +26,10 @@ from pathlib import Path
 
 import caffetool
 from caffetool import apt, config, fsio
-from caffetool.engine import build, cpu, mkl, source, suite
-from caffetool.engine.locate import MANIFEST, EngineInfo, locate, visible_gpus
 from caffetool.checksum import sha256_file
-from caffetool.engine.recipe import (
-    BUILD_PACKAGES,
-    CAFFE_SOURCE,
-    PATCH_DIR,
-    PYCAFFE_MODULES,
-    BuildOptions,
-)
+from caffetool.engine import cmake, cpu, mkl, source, suite
+from caffetool.engine.locate import MANIFEST, EngineInfo, locate, visible_gpus
+from caffetool.engine.recipe import BUILD_PACKAGES, CAFFE_SOURCE, PATCH_DIR, PYCAFFE_MODULES, BuildOptions
 from caffetool.errors import BuildError, ConfigError, EngineCorrupt, EngineError, EngineNotFound
 from caffetool.proc import run_checked
 
@@ -172,10 +166,10 @@ def _build(
         with _timed(timings, "mkl"):
             mkl_root = mkl.assemble(config.cache_home())
     with _timed(timings, "configure"):
-        flags = build.configure(tree, build_dir, options, root, log, mkl_root)
+        flags = cmake.configure(tree, build_dir, options, root, log, mkl_root)
     jobs = jobs or os.cpu_count() or 1
     with _timed(timings, "compile"):
-        build.compile_and_stage(build_dir, jobs, destdir, log, progress)
+        cmake.compile_and_stage(build_dir, jobs, destdir, log, progress)
     staged = destdir / root.relative_to(root.anchor)
     if mkl_root is not None:
         mkl.vendor(mkl_root, staged)

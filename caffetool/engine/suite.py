@@ -18,17 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from caffetool import fsio
-from caffetool.engine import build, threads as engine_threads
+from caffetool.engine import cmake, cpu_threads
 from caffetool.errors import BuildError
 
 TARGET = "test.testbin"
 # The CPU tests of a CPU-only build (which has no GPU tests but those named so).
 CPU_FILTER = "--gtest_filter=-*GPU*"
 # A CUDA build's CPU half, where no GPU is: its typed tests run CPU float and double as /0 and /1
-# and the GPU ones as /2 and /3 (TestDtypesAndDevices); the cuDNN layers and the im2col kernels
-# are GPU tests whose names do not say so; CommonTest.TestBrewMode leaves the process in GPU mode,
-# where the tests after it would pin host memory through the driver.
-CUDA_BUILD_CPU_FILTER = "--gtest_filter=-*GPU*:*/2.*:*/3.*:CuDNN*:Im2colKernelTest*:CommonTest.TestBrewMode"
+# and the GPU ones as /2 and /3 (TestDtypesAndDevices); the cuDNN layers, the im2col kernels
+# and PlatformTest (the device's properties) are GPU tests whose names do not say so;
+# CommonTest.TestBrewMode leaves the process in GPU mode, where the tests after it would pin host
+# memory through the driver.
+CUDA_BUILD_CPU_FILTER = ("--gtest_filter=-*GPU*:*/2.*:*/3.*:CuDNN*:Im2colKernelTest*:PlatformTest.*:"
+                         "CommonTest.TestBrewMode")
 RAN = re.compile(r"^\[==========\] (\d+) tests? from \d+ test cases? ran")
 PASSED = re.compile(r"^\[  PASSED  \] (\d+) tests?")
 FAILED = re.compile(r"^\[  FAILED  \] (\S+)")
@@ -59,7 +61,7 @@ class Plan:
 def plan(cuda: bool, openmp: bool, gpu_visible: bool) -> Plan:
     """A CPU build: its CPU tests, on one thread and on several where its layers are parallel. A CUDA
     build (serial CPU layers): every test where a GPU is visible, its CPU half where none is."""
-    counts = thread_counts(engine_threads.available()) if openmp else (1,)
+    counts = thread_counts(cpu_threads.available()) if openmp else (1,)
     if not cuda:
         return Plan(CPU_FILTER, counts)
     return Plan("" if gpu_visible else CUDA_BUILD_CPU_FILTER, (1,))
@@ -70,18 +72,24 @@ def run(tree: Path, build_dir: Path, jobs: int, log: Path, env: dict[str, str],
     """Build the suite in ``build_dir`` and run it from ``tree`` as ``how`` says (default: a CPU
     build's tests on one thread and on several)."""
     how = how or plan(cuda=False, openmp=True, gpu_visible=False)
-    build.run_step(["make", f"-j{jobs}", TARGET], build_dir, log, "the build of Caffe's test suite")
+    cmake.run_step(["make", f"-j{jobs}", TARGET], build_dir, log, "the build of Caffe's test suite")
     binary = build_dir / "test" / TARGET
     runs = []
     for threads in how.threads:
         lines: list[str] = []
         started = time.monotonic()
         suite_env = dict(env)
-        engine_threads.apply(threads, suite_env)
+        cpu_threads.apply(threads, suite_env)
         try:
-            build.run_step([str(binary), *filter(None, [how.test_filter])], tree, log,
+            cmake.run_step([str(binary), *filter(None, [how.test_filter])], tree, log,
                            f"Caffe's test suite on {threads} thread(s)", on_line=lines.append, env=suite_env)
         except BuildError:
+            if not any(RAN.match(line) for line in lines):
+                running = [line.split("]", 1)[1].strip() for line in lines if line.startswith("[ RUN      ]")]
+                raise BuildError(
+                    f"Caffe's test suite stopped on {threads} thread(s) before its end, in "
+                    f"{running[-1] if running else 'its set-up'} (the test aborted the binary); the engine was not "
+                    f"installed. Full log: {log}") from None
             done = summarise(lines, threads, time.monotonic() - started)
             if not done.failed:
                 raise

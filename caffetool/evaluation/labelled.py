@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from caffetool.errors import ConfigError, DataError, ImageError
-from caffetool.evaluation import metrics, report
+from caffetool.evaluation import metrics, writeup
 
 THUMBNAIL = 96
 
@@ -42,7 +42,7 @@ class Outcome:
 
     def lines(self) -> list[str]:
         what = f"labelled images from {self.summary['source']}"
-        return report.lines(self.summary, self.matrix, self.folder, what)
+        return writeup.lines(self.summary, self.matrix, self.folder, what)
 
 
 def from_folder(folder: Path, labels: list[str]) -> list[Item]:
@@ -114,20 +114,20 @@ def evaluate(classifier: Any, items: list[Item], top: int, out: Path, source: st
     top_arr = np.array(tops, np.int64)
     results = metrics.Results(len(names), k, labels, top_arr, np.array(probs, np.float32),
                               top_arr[:, 0] == labels, (top_arr == labels[:, None]).any(axis=1))
-    summary = report.summary(results, names, weights=str(classifier.files.weights), split="images", source=source,
+    summary = writeup.summary(results, names, weights=str(classifier.files.weights), split="images", source=source,
                              backend=classifier.backend, seconds=round(time.monotonic() - start, 3),
                              caffe_test=None, failed=len(failures),
                              at=dt.datetime.now().isoformat(timespec="seconds"))
     mistakes = [(_thumbnail(done[i].path), f"{names[labels[i]]} /\n{names[top_arr[i, 0]]} {probs[i][0]:.2f}")
-                for i in results.confident_mistakes(report.MISTAKES)]
-    report.write(report.Report(summary, results.confusion(), rows, [m for m in mistakes if m[0] is not None],
+                for i in results.confident_mistakes(writeup.MISTAKES)]
+    writeup.write(writeup.Report(summary, results.confusion(), rows, [m for m in mistakes if m[0] is not None],
                                f"{classifier.name}: {Path(source).name}"), out)
     return Outcome(out, summary, results.confusion(), failures)
 
 
 def default_folder(run_dir: Path) -> Path:
     """A new folder under the run's evaluations for one labelled classification."""
-    return run_dir / report.FOLDER / f"classify-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return run_dir / writeup.FOLDER / f"classify-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def _thumbnail(path: Path) -> np.ndarray | None:

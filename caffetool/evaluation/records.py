@@ -24,13 +24,12 @@ from typing import Any
 
 import cv2
 import numpy as np
-from google.protobuf.message import DecodeError
 
-from caffetool.data import db
+from caffetool.data import datum, db
 from caffetool.errors import DataError, RunError
 from caffetool.nets import prototxt, state, transform
 from caffetool.nets.generate import SOLVER
-from caffetool.train import evaluate
+from caffetool.train import final_test
 
 SPLITS = ("test", "train")
 
@@ -43,7 +42,7 @@ class Source:
     path: Path
     layer: Any  # the Data LayerParameter
     batch_size: int
-    test_net: evaluate.TestNet | None  # the first test net (for ``caffe test``), for the test split
+    test_net: final_test.TestNet | None  # the first test net (for ``caffe test``), for the test split
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ def source(run_dir: Path, split: str, caffe_pb2: ModuleType) -> Source:
     if not solver_file.is_file():
         raise RunError(f"{run_dir} has no {SOLVER}; is it a caffetool run?")
     if split == "test":
-        nets = evaluate.test_nets(solver_file, run_dir, caffe_pb2)
+        nets = final_test.test_nets(solver_file, run_dir, caffe_pb2)
         if not nets:
             raise RunError(f"{solver_file} has no test net (no test_iter); evaluate the train split with --split train")
         net, test_net = nets[0].net, nets[0]
@@ -123,26 +122,11 @@ def transform_of(src: Source, run_dir: Path) -> Transform:
 
 
 def planes(record: bytes, caffe_pb2: ModuleType, t: Transform) -> tuple[np.ndarray, int]:
-    """A record's pixels as (C, H, W) uint8, decoded as Caffe's DataTransformer decodes it, and its label."""
-    datum = caffe_pb2.Datum()
-    try:
-        datum.ParseFromString(record)
-    except DecodeError as e:
-        raise DataError(f"not a Caffe Datum ({e})") from None
-    if datum.encoded:
-        flag = cv2.IMREAD_COLOR if t.force_color else cv2.IMREAD_GRAYSCALE if t.force_gray else cv2.IMREAD_UNCHANGED
-        image = cv2.imdecode(np.frombuffer(datum.data, np.uint8), flag)
-        if image is None:
-            raise DataError("its encoded image cannot be decoded")
-        if image.dtype != np.uint8:
-            raise DataError(f"its encoded image has {image.dtype} pixels; Caffe's DataTransformer takes 8-bit images")
-        return image.reshape(image.shape[0], image.shape[1], -1).transpose(2, 0, 1), datum.label
-    if datum.float_data:
-        raise DataError("it holds float_data; evaluate reads 8-bit pixels (raw or encoded)")
-    size = datum.channels * datum.height * datum.width
-    if len(datum.data) != size:
-        raise DataError(f"it is {datum.channels}x{datum.height}x{datum.width} but holds {len(datum.data)} bytes")
-    return np.frombuffer(datum.data, np.uint8).reshape(datum.channels, datum.height, datum.width), datum.label
+    """A record's pixels as (C, H, W) uint8, decoded as Caffe's DataTransformer decodes it (an encoded
+    image in colour or grey as ``force_color``/``force_gray`` say), and its label."""
+    message = datum.parse(record, caffe_pb2)
+    flag = cv2.IMREAD_COLOR if t.force_color else cv2.IMREAD_GRAYSCALE if t.force_gray else cv2.IMREAD_UNCHANGED
+    return datum.planes(message, flag), message.label
 
 
 def crop(image: np.ndarray, size: int) -> np.ndarray:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caffetool.choices import INT32_MAX, choose
-from caffetool.engine import cudnn as cudnn_settings
+from caffetool.engine import cudnn_settings
 from caffetool.errors import ConfigError, NetError
 from caffetool.memory import graph as graphs
 from caffetool.memory import parallel
@@ -54,7 +54,7 @@ CUDNN_STREAMS_PER_GROUP = 3  # cudnn_conv_layer.cpp
 CUDNN_CONV = ("CuDNNConvolution", "CuDNNDeconvolution")
 # Largest workspace one convolution's algorithm may take on a stock engine (MiB), per layer and group;
 # caffetool's engine reads its limit for its one shared workspace from CAFFE_CUDNN_WORKSPACE_MB
-# (caffetool.engine.cudnn).
+# (caffetool.engine.cudnn_settings).
 STOCK_WORKSPACE_MB = 8.0
 # Measured on an H100 (benchmarks/RESULTS.md, "1, 4 and 16 convolutions", raw record
 # benchmarks/gpu/h100-memory.json): +30.0 MiB for 1 cuDNN convolution, +114.0 for 4, +448.0 for 16;
@@ -90,7 +90,7 @@ class Options:
     test_batch: int | None = None
     iter_size: int = 1
     cudnn: bool = False
-    cudnn_workspace_mb: float | None = None  # None: the limit in force (caffetool.engine.cudnn)
+    cudnn_workspace_mb: float | None = None  # None: the limit in force (caffetool.engine.cudnn_settings)
     input_shape: Shape | None = None
     test_net: bool = True  # training: count the solver's TEST net (its activations; weights shared)
     # A solver's test nets, each with the ``state`` Caffe gives it (all live at once); None: the TEST

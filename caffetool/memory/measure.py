@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from caffetool.data import db
-from caffetool.engine import EngineInfo
-from caffetool.engine import threads as cpu_threads
+from caffetool.engine import EngineInfo, cpu_threads
 from caffetool.errors import RunError
 from caffetool.memory import gpumeasure
 from caffetool.proc import last_lines
@@ -92,9 +91,9 @@ def measure(engine: EngineInfo, caffe: Any, net: Any, solver_type: str, input_sh
 
 def measure_project(engine: EngineInfo, caffe: Any, loaded: Any, solver_type: str, mode: str = "cpu",
                     device: int = 0, threads: int = 1) -> dict:
-    """Bytes the engine allocates for a user's own solver (a :class:`caffetool.train.project.Project`,
+    """Bytes the engine allocates for a user's own solver (a :class:`caffetool.nets.project.Project`,
     its data as it names it): built, every test net tested once, one step, with ``solver_type``."""
-    from caffetool.train import project  # noqa: PLC0415 - only --solver measures a project
+    from caffetool.nets import project  # noqa: PLC0415 - only --solver measures a project
 
     pb = caffe.proto.caffe_pb2
     s = loaded.solver

@@ -13,7 +13,7 @@ from typing import Any
 
 from caffetool.memory.estimate import Estimate, Options, Row
 from caffetool.memory.fit import Fit
-from caffetool.memory.report import PublishedFigure
+from caffetool.memory.published import PublishedFigure
 
 HEADER = (f"{'layer':<22} {'type':<16} {'top':<18} {'MACC':>13} {'params':>11} {'param MiB':>9} {'grad':>8} "
           f"{'history':>8} {'data':>8} {'diff':>8} {'scratch':>8}")

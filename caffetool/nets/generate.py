@@ -20,8 +20,8 @@ from caffetool.choices import count
 from caffetool.data.layout import Dataset
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
-from caffetool.nets import build, check, prototxt, solver
-from caffetool.nets.model import Model
+from caffetool.nets import builders, check, prototxt, solver
+from caffetool.nets.declaration import Model
 
 TRAIN_VAL, DEPLOY, SOLVER, SNAPSHOTS = "train_val.prototxt", "deploy.prototxt", "solver.prototxt", "snapshots"
 
@@ -52,10 +52,10 @@ def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Pat
     texts: dict[str, str] = {}
     if model is not None:
         shape = _shape(model, dataset)
-        source = build.DataSource(str(dataset.db("train")), str(dataset.db("test")), dataset.backend)
+        source = builders.DataSource(str(dataset.db("train")), str(dataset.db("test")), dataset.backend)
         texts[TRAIN_VAL] = prototxt.round_trip(
-            build.train_val(caffe, model, shape, source, batch, test_batch), TRAIN_VAL)
-        texts[DEPLOY] = prototxt.round_trip(build.deploy(caffe, model, shape), DEPLOY)
+            builders.train_val(caffe, model, shape, source, batch, test_batch), TRAIN_VAL)
+        texts[DEPLOY] = prototxt.round_trip(builders.deploy(caffe, model, shape), DEPLOY)
         prefix = f"{SNAPSHOTS}/{model.name}"
     else:
         net = prototxt.read(net_file, pb.NetParameter())
@@ -68,7 +68,7 @@ def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Pat
     return _write_validated(engine, texts, out, force, validate)
 
 
-def _shape(model: Model, dataset: Dataset) -> build.Shape:
+def _shape(model: Model, dataset: Dataset) -> builders.Shape:
     channels, height, width = dataset.shape
     if height != width:
         raise ConfigError(f"data set {dataset.name} has {height}x{width} images; the models take square input")
@@ -76,7 +76,7 @@ def _shape(model: Model, dataset: Dataset) -> build.Shape:
         raise ConfigError(
             f"data set {dataset.name} has {height}x{width} images, smaller than {model.name}'s "
             f"{model.size}x{model.size} crop; use --model lenet, or a data set of at least that size")
-    return build.Shape(channels, model.size if model.crop else height, len(dataset.classes))
+    return builders.Shape(channels, model.size if model.crop else height, len(dataset.classes))
 
 
 def _check_sources(net: Any, net_file: Path) -> None:

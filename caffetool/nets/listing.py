@@ -6,8 +6,8 @@ import tempfile
 from pathlib import Path
 
 from caffetool.engine import EngineInfo, import_caffe
-from caffetool.nets import build, check, prototxt
-from caffetool.nets.model import discover
+from caffetool.nets import builders, check, prototxt
+from caffetool.nets.declaration import discover
 
 
 def list_models(engine: EngineInfo, models_dir: str | Path | None = None) -> list[dict]:
@@ -17,7 +17,7 @@ def list_models(engine: EngineInfo, models_dir: str | Path | None = None) -> lis
         names = []
         for name, model in models.items():
             path = Path(tmp) / f"{name}.prototxt"
-            path.write_text(prototxt.to_text(build.deploy(caffe, model, build.shape_of(model))))
+            path.write_text(prototxt.to_text(builders.deploy(caffe, model, builders.shape_of(model))))
             names.append(path.name)
         report = check.validate(engine, Path(tmp), deploy=names)["deploy"]
     rows = []

@@ -1,1 +1,1 @@
-"""Sweeps: many trainings at once on Ray Tune (see :mod:`caffetool.sweep.run`)."""
+"""Sweeps: many trainings at once on Ray Tune (see :mod:`caffetool.sweep.launch`)."""

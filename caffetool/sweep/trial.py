@@ -41,12 +41,12 @@ import ray
 from ray import tune
 
 from caffetool.data import lookup
-from caffetool.engine import locate
-from caffetool.engine import threads as cpu_threads
+from caffetool.engine import cpu_threads, locate
 from caffetool.errors import CaffetoolError, RunError
+from caffetool.runs import rundir
+from caffetool.runs.logparse import Metrics
 from caffetool.sweep import space as spaces
-from caffetool.train import rundir, session
-from caffetool.train.logparse import Metrics
+from caffetool.train import session
 from caffetool.train.runner import Stop, StopRequest
 
 STEP_WAIT = 5.0  # seconds a step waits for a new row before returning an empty result

@@ -8,19 +8,17 @@ from pathlib import Path
 
 from invoke import Collection, Context, Exit
 
-from caffetool import config
-from caffetool.choices import shell_words, writable_folder
-from caffetool.config import TASK_DEFAULTS, TEST_PACKAGES
-from caffetool.data.choice import first_available
 from caffetool import apt
+from caffetool.choices import shell_words, writable_folder
+from caffetool.data.preference import first_available
 from caffetool.engine import install as engine_install
-from caffetool.engine import locate
-from caffetool.engine import smoke
+from caffetool.engine import locate, smoke
 from caffetool.nets.solver import SolverOptions
+from caffetool.tasks import data, demo, docker, engine, evaluate, memory, model, settings, sweep, train
+from caffetool.tasks._common import pick, reported, task
+from caffetool.tasks.settings import TASK_DEFAULTS, TEST_PACKAGES
 from caffetool.train import session
 from caffetool.train.session import TrainRequest
-from caffetool.tasks import data, demo, docker, engine, evaluate, memory, model, sweep, train
-from caffetool.tasks._common import pick, reported, task
 
 
 @task(help={"args": "extra pytest arguments, e.g. \"-k engine -x\""})
@@ -60,7 +58,7 @@ def check_project_settings(folder: Path) -> None:
     """The invoke.yaml files, checked while tasks.py (in ``folder``) loads: Invoke merges them next,
     and would show a broken one as a traceback."""
     with reported():
-        config.check_config_files(folder)
+        settings.check_config_files(folder)
 
 
 ns = Collection(test, quickstart)

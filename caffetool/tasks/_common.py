@@ -20,8 +20,8 @@ from typing import Any
 from invoke import Context, Exit
 from invoke import task as invoke_task
 
-from caffetool import config
 from caffetool.errors import CaffetoolError
+from caffetool.tasks import settings
 
 
 @contextmanager
@@ -67,8 +67,8 @@ def task(*args: Any, **kwargs: Any) -> Any:
 
 def check_settings(c: Context) -> None:
     """caffetool's settings as merged by Invoke (``INVOKE_*`` variables included), checked by kind."""
-    merged = {section: _plain(c.config[section]) for section in config.SETTINGS if section in c.config}
-    config.check_settings(merged, config.environment_origin)
+    merged = {section: _plain(c.config[section]) for section in settings.SETTINGS if section in c.config}
+    settings.check_settings(merged, settings.environment_origin)
 
 
 def _plain(value: Any) -> Any:

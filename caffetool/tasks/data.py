@@ -9,8 +9,7 @@ from invoke import Collection, Context
 from caffetool.choices import SECONDS, Limit, bounded, choose, input_file, number, output_file, writable_folder
 from caffetool.data import convert as idx_convert
 from caffetool.data import fetch as data_fetch
-from caffetool.data import images as images_db
-from caffetool.data import layout, lookup, mean, registry
+from caffetool.data import imageset, layout, lookup, mean, registry
 from caffetool.engine import locate
 from caffetool.tasks._common import pick, task
 
@@ -109,7 +108,7 @@ def convert(c: Context, images: str, labels: str, out: str, backend: str = "lmdb
     "resize_width": "resize every image to this width (with --resize-height)",
     "gray": "read images as one gray channel",
     "encoded": "store encoded images (the files' own bytes where they fit) instead of raw pixels",
-    "encode_type": f"re-encode every image as one of: {', '.join(images_db.ENCODE_TYPES)} (implies --encoded)",
+    "encode_type": f"re-encode every image as one of: {', '.join(imageset.ENCODE_TYPES)} (implies --encoded)",
     "shuffle": "shuffle the list with --seed (saved as train.txt/test.txt beside the databases)",
     "seed": "seed of --shuffle and --val-fraction (default 0)",
     "val_fraction": "fraction of the images, chosen with --seed, written to test_<backend> (0 to 1)",
@@ -121,14 +120,14 @@ def images(c: Context, root: str, list_: str | None = None, out: str | None = No
            encoded: bool = False, encode_type: str = "", shuffle: bool = False, seed: str = "0",
            val_fraction: str = "0", strict: bool = False, force: bool = False) -> None:
     """Write your own images into Caffe databases, record for record as convert_imageset does."""
-    options = images_db.Options(number(resize_height, "--resize-height", int, minimum=0) or 0,
+    options = imageset.Options(number(resize_height, "--resize-height", int, minimum=0) or 0,
                                 number(resize_width, "--resize-width", int, minimum=0) or 0,
                                 gray, encoded, encode_type, backend)
     fraction = number(val_fraction, "--val-fraction", minimum=0, maximum=1) or 0.0
     folder = Path(root).expanduser()
     target = (Path(out).expanduser() if out
               else writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir") / folder.absolute().name)
-    result = images_db.build(folder, target.absolute(), options,
+    result = imageset.build(folder, target.absolute(), options,
                              list_file=input_file(list_, "--list") if list_ else None, shuffle=shuffle,
                              seed=number(seed, "--seed", int, minimum=0) or 0, val_fraction=fraction,
                              strict=strict, force=force, progress=True)

@@ -11,8 +11,9 @@ from caffetool.choices import PORT, Limit, bounded, choose, count, input_file, w
 from caffetool.demo import classifier as demo_classifier
 from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
+from caffetool.runs import rundir, snapshots
 from caffetool.tasks._common import pick, task
-from caffetool.train import devices, rundir, snapshots
+from caffetool.train import devices
 
 MODEL_HELP = {
     "run": "run name or directory (default: the newest run)", "deploy": "deploy.prototxt (instead of --run)",
@@ -110,7 +111,7 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
           channel_swap: str | None = None, raw_scale: str | None = None, image_dims: str | None = None,
           oversample: bool = False, gpu: str = "cpu") -> None:
     """Serve a trained model: web page (upload or draw), JSON API, health check."""
-    from caffetool.demo import serving  # noqa: PLC0415 - uvicorn only when serving
+    from caffetool.demo import launcher  # noqa: PLC0415 - uvicorn only when serving
 
     tcp_port = bounded(port, "--port", PORT)
     body_limit, processes = bounded(max_body, "--max-body", MAX_BODY), bounded(workers, "--workers", WORKERS)
@@ -119,7 +120,7 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
     device = devices.for_pycaffe(engine, gpu)
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
-    serving.serve(engine, files, engine_kind, host, tcp_port, body_limit, processes, device)
+    launcher.serve(engine, files, engine_kind, host, tcp_port, body_limit, processes, device)
 
 
 @task(positional=["images"], help={**MODEL_HELP, "images": "image files, comma-separated, or a folder",

@@ -15,6 +15,7 @@ from caffetool.engine import locate, smoke
 from caffetool.engine.bundle import ZSTD_LEVEL
 from caffetool.engine.recipe import BLAS, DEFAULT_BLAS, BuildOptions, blas_name
 from caffetool.errors import ConfigError
+from caffetool.tasks import settings
 from caffetool.tasks._common import pick, task
 
 
@@ -46,7 +47,7 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
             bundle: str | None = None, sha256: str | None = None, stock: bool = False,
             blas: str | None = None, test_suite: bool = False) -> None:
     """Build BVLC Caffe from Debian's pinned source and install it (idempotent), or install a bundle."""
-    workers = bounded(pick(jobs, c.engine.jobs), "--jobs", config.JOBS)
+    workers = bounded(pick(jobs, c.engine.jobs), "--jobs", settings.JOBS)
     library = BLAS[choose(blas, BLAS, "--blas")] if blas else ""
     writable_folder(config.engine_prefix(pick(prefix, c.engine.prefix)), "--prefix", "engine.prefix")
     if bundle:
@@ -156,7 +157,7 @@ def compile_check_(c: Context, cuda_arch: str = "75 80 86 89 90", jobs: str | No
     """Compile-only GPU build (CUDA 13 nvcc, cuDNN 9, NCCL 2 from PyPI wheels), into a side prefix."""
     from caffetool.engine.compile_check import compile_check  # noqa: PLC0415
 
-    workers = bounded(jobs, "--jobs", config.JOBS)
+    workers = bounded(jobs, "--jobs", settings.JOBS)
     r = compile_check(tuple(cuda_arch.split()), workers, pick(source, c.engine.source),
                       tuple(cmake_arg or ()), test_suite=test_suite)
     print(f"built in {r.seconds:.0f} s into {r.prefix} (not linked into Python)")

@@ -10,8 +10,9 @@ from invoke import Collection
 from caffetool.choices import choose, count, input_file
 from caffetool.engine import locate
 from caffetool.evaluation import forward, records
+from caffetool.runs import rundir
 from caffetool.tasks._common import pick, task
-from caffetool.train import devices, rundir
+from caffetool.train import devices
 
 
 @task(default=True, positional=["run"], help={
@@ -25,7 +26,7 @@ from caffetool.train import devices, rundir
 def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: str = "5", backend: str = "caffe",
         batch_size: str | None = None, caffe_test: bool = True, gpu: str = "cpu", runs_dir: str | None = None) -> None:
     """Evaluate a run: top-1/top-k, confusion matrix, per-class figures, mistakes, checked against caffe test."""
-    from caffetool.evaluation import run as evaluation  # noqa: PLC0415 - matplotlib only when evaluating
+    from caffetool.evaluation import evaluator  # noqa: PLC0415 - matplotlib only when evaluating
 
     k = count(top, "--top")
     size = count(batch_size, "--batch-size")
@@ -35,7 +36,7 @@ def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: 
     chosen = input_file(weights, "--weights").absolute() if weights else None
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
     device = devices.for_pycaffe(engine, gpu)
-    result = evaluation.evaluate(engine, run_dir, chosen, split, k, backend, size, caffe_test, device=device)
+    result = evaluator.evaluate(engine, run_dir, chosen, split, k, backend, size, caffe_test, device=device)
     for line in result.lines():
         print(line)
 

@@ -7,13 +7,12 @@ from typing import Any
 
 from invoke import Collection, Context
 
-from caffetool import config
 from caffetool.choices import bounded, count, number, output_file
-from caffetool.engine import import_caffe, locate
-from caffetool.engine import threads as cpu_threads
+from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.memory import estimate as est
-from caffetool.memory import gpus, nets, table
+from caffetool.memory import gpus, netsource, table
+from caffetool.tasks import settings
 from caffetool.tasks._common import task
 
 NET_HELP = {
@@ -34,16 +33,16 @@ NET_HELP = {
 def _load(c: Context, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
           solver_type: str | None, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
           test_net: bool = True, solver: str | None = None,
-          threads: str | None = None) -> tuple[Any, nets.NetSource, est.Options]:
+          threads: str | None = None) -> tuple[Any, netsource.NetSource, est.Options]:
     """The net and the estimator's options from the flags, which win over a solver file's settings;
     numbers are checked before Caffe is loaded."""
     batch, accumulate = count(batch_size, "--batch-size"), count(iter_size, "--iter-size")
-    wanted = bounded(threads, "--threads", config.THREADS)
+    wanted = bounded(threads, "--threads", settings.THREADS)
     engine = locate(c.engine.prefix, probe=False)
     built = engine.manifest.get("options", {})
     workers = cpu_threads.of_engine(built, wanted) if mode == "cpu" else 1
     caffe = import_caffe(engine)
-    source = nets.load(caffe, model, net, input_shape, c.model.dir, batch, solver_file=solver, engine=engine)
+    source = netsource.load(caffe, model, net, input_shape, c.model.dir, batch, solver_file=solver, engine=engine)
     options = est.Options(phase=phase, mode=mode, solver=solver_type or source.solver_type or "SGD", dtype=dtype,
                           batch=batch, iter_size=accumulate or source.iter_size or 1, cudnn=cudnn,
                           input_shape=source.input_shape, test_net=test_net, test_nets=source.test_nets,
@@ -126,10 +125,10 @@ def measure(c: Context, model: str | None = None, net: str | None = None, batch_
 @task
 def report(c: Context) -> None:
     """Published memory figures (vDNN's AlexNet and VGG-16, Dettmers' 6 GB rule) next to the estimator's."""
-    from caffetool.memory import report as reporting  # noqa: PLC0415
+    from caffetool.memory import published  # noqa: PLC0415
 
     caffe = import_caffe(locate(c.engine.prefix, probe=False))
-    print("\n".join(table.report_lines(reporting.published(caffe, c.model.dir))))
+    print("\n".join(table.report_lines(published.published(caffe, c.model.dir))))
 
 
 ns = Collection("memory", estimate, fit, measure, report)

@@ -11,59 +11,32 @@ from caffetool.choices import count, writable_folder
 from caffetool.data import lookup
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
+from caffetool.nets import declaration, prototxt
 from caffetool.nets import generate as net_generate
-from caffetool.nets import model as models
-from caffetool.nets import prototxt, solver
-from caffetool.nets.solver import SolverOptions
 from caffetool.nets.listing import list_models
+from caffetool.nets.solver import SolverOptions
 from caffetool.tasks._common import pick, task
-
-SOLVER_HELP = {
-    "type": f"solver type (any case): {', '.join(solver.SOLVER_TYPES)}",
-    "base_lr": "base learning rate", "lr_policy": f"lr policy: {', '.join(solver.LR_POLICIES)}",
-    "gamma": "lr policy gamma", "power": "lr policy power", "stepsize": "iterations per lr step",
-    "stepvalue": "iteration of an lr drop (multistep; repeatable)", "momentum": "momentum (beta1 for Adam)",
-    "momentum2": "Adam's beta2", "delta": "numerical stability term", "rms_decay": "RMSProp decay",
-    "weight_decay": "L2 weight decay", "max_iter": "training iterations",
-    "iter_size": "gradient accumulation: batches per update (default 1)",
-    "random_seed": "seed for reproducible runs", "test_iter": "test batches per test (default: whole test set)",
-    "test_interval": "iterations between tests", "snapshot": "iterations between snapshots",
-    "display": "iterations between log lines", "mode": "cpu or gpu",
-}
-
-
-def solver_flags(params: dict[str, Any]) -> dict[str, Any]:
-    """The solver flags among a task's parameters (``locals()`` taken first thing in its body).
-
-    Invoke needs every flag spelled out in the task's signature; this keeps the solver's ones from
-    being spelled out a second time when they are handed to ``SolverOptions.from_flags``.
-    """
-    return {key: params[key] for key in SOLVER_HELP if key in params}
+from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
 
 
 @task(iterable=["stepvalue"], help={
     "model": "model name (invoke model.list)", "net": "your own train/test prototxt instead of --model",
     "dataset": "data set (fetched with data.fetch), or a folder made by data.images", "batch_size": "training batch size",
     "test_batch_size": "test batch size", "out": "output directory (default: <runs.dir>/generated/<model>)",
-    "force": "replace existing files in --out", "data_dir": "where data sets are", **SOLVER_HELP,
+    "force": "replace existing files in --out", "data_dir": "where data sets are", **solver_help(),
 })
+@takes_solver_flags()
 def generate(c: Context, model: str | None = None, net: str | None = None, dataset: str | None = None,
-             batch_size: str | None = None, test_batch_size: str | None = None, type: str = "SGD",
-             base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
-             power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
-             momentum: str | None = None, momentum2: str | None = None, delta: str | None = None,
-             rms_decay: str | None = None, weight_decay: str | None = None, max_iter: str | None = None,
-             iter_size: str | None = None, random_seed: str | None = None, test_iter: str | None = None,
-             test_interval: str | None = None, snapshot: str | None = None, display: str | None = None,
-             mode: str = "cpu", out: str | None = None, force: bool = False, data_dir: str | None = None) -> None:
+             batch_size: str | None = None, test_batch_size: str | None = None, out: str | None = None,
+             force: bool = False, data_dir: str | None = None, *, solver_flags: dict[str, Any]) -> None:
     """Write train_val.prototxt, deploy.prototxt and solver.prototxt, validated by Caffe."""
-    options = SolverOptions.from_flags(**solver_flags(locals()))
+    options = SolverOptions.from_flags(**solver_flags)
     batch, test_batch = count(batch_size, "--batch-size"), count(test_batch_size, "--test-batch-size")
     if bool(model) == bool(net):
         raise ConfigError("give exactly one of --model NAME or --net FILE")
     if net:
         prototxt.read_text(Path(net))  # a wrong file is named before the data set is opened
-    chosen = models.get(model, c.model.dir) if model else None
+    chosen = declaration.get(model, c.model.dir) if model else None
     name = chosen.name if chosen else Path(net).stem
     target = writable_folder(out or Path(c.runs.dir) / "generated" / name, "--out")
     ds = lookup.find(pick(dataset, c.data.dataset), pick(data_dir, c.data.dir))

@@ -9,10 +9,9 @@ from invoke import Collection, Exit
 
 from caffetool.choices import input_file, writable_folder
 from caffetool.engine import locate
-from caffetool.sweep import report as reports
-from caffetool.sweep import run as sweeps
+from caffetool.sweep import launch, leaderboard, sweeprecord
 from caffetool.tasks._common import pick, task
-from caffetool.tasks.model import SOLVER_HELP, solver_flags
+from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
 
 SWEEP_HELP = {
     "param": "NAME=V1,V2,... (grid) or NAME=log:LO..HI, uniform:LO..HI, int:LO..HI (sampled); repeatable",
@@ -27,28 +26,23 @@ SWEEP_HELP = {
     "name": "sweep name (default: a timestamp)", "model": "model name (invoke model.list)",
     "dataset": "data set (fetched if missing on each node)", "solver": "your own solver.prototxt instead of --model",
     "batch_size": "training batch size", "test_batch_size": "test batch size", "data_dir": "where data sets are",
-    "runs_dir": "where runs go", **{k: v for k, v in SOLVER_HELP.items() if k != "mode"},
+    "runs_dir": "where runs go", **solver_help(without=("mode",)),
 }
 
 
 @task(default=True, iterable=["param", "stepvalue"], auto_shortflags=False, help=SWEEP_HELP)
+@takes_solver_flags(without=("mode",))
 def run(c: Any, param: list[str] | None = None, metric: str = "test/accuracy", mode: str = "max",
         scheduler: str = "fifo", grace: str | None = None, samples: str | None = None,
         max_concurrent: str | None = None, gpus_per_trial: str | None = None, cpus_per_trial: str | None = None,
         address: str | None = None, name: str | None = None, model: str = "lenet", dataset: str | None = None,
         solver: str | None = None, batch_size: str | None = None, test_batch_size: str | None = None,
-        type: str | None = None, base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
-        power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
-        momentum: str | None = None, momentum2: str | None = None, delta: str | None = None,
-        rms_decay: str | None = None, weight_decay: str | None = None, max_iter: str | None = None,
-        iter_size: str | None = None, random_seed: str | None = None, test_iter: str | None = None,
-        test_interval: str | None = None, snapshot: str | None = None, display: str | None = None,
-        data_dir: str | None = None, runs_dir: str | None = None) -> None:
+        data_dir: str | None = None, runs_dir: str | None = None, *, solver_flags: dict[str, Any]) -> None:
     """Sweep training settings on Ray Tune: one trial per GPU or per few cores, ASHA early stopping."""
-    flags = {k: v for k, v in solver_flags(locals()).items() if k != "mode"}  # --mode here is max|min
+    flags = solver_flags  # --mode here is max|min, not the solver's
     fixed = {k: v for k, v in {**flags, "batch_size": batch_size, "test_batch_size": test_batch_size}.items()
              if v not in (None, "", [])}
-    plan = sweeps.Plan(
+    plan = sweeprecord.Plan(
         name=name or "", params=list(param or []), metric=metric, mode=mode, scheduler=scheduler, grace=grace,
         samples=samples or 1, max_concurrent=max_concurrent, cpus_per_trial=cpus_per_trial or 1,
         gpus_per_trial=gpus_per_trial or 0, address=address, model=model, dataset=pick(dataset, c.data.dataset),
@@ -56,7 +50,7 @@ def run(c: Any, param: list[str] | None = None, metric: str = "test/accuracy", m
         models_dir=c.model.dir, solver=str(input_file(solver, "--solver").absolute()) if solver else None,
         fixed=fixed, engine_prefix=c.engine.prefix)
     runs = writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir")
-    outcome = sweeps.start(plan, locate(c.engine.prefix, probe=False, gpus=True), runs)
+    outcome = launch.start(plan, locate(c.engine.prefix, probe=False, gpus=True), runs)
     finish(outcome, plan.metric)
 
 
@@ -64,26 +58,26 @@ def run(c: Any, param: list[str] | None = None, metric: str = "test/accuracy", m
             "runs_dir": "where runs are"})
 def resume(c: Any, name: str, address: str | None = None, runs_dir: str | None = None) -> None:
     """Continue an interrupted sweep (Ray Tune's restore): unfinished trials continue from their snapshots."""
-    sweep_dir = sweeps.find(Path(pick(runs_dir, c.runs.dir)), name)
-    outcome = sweeps.resume(sweep_dir, locate(c.engine.prefix, probe=False, gpus=True), address=address)
-    finish(outcome, sweeps.read_plan(sweep_dir).metric)
+    sweep_dir = sweeprecord.find(Path(pick(runs_dir, c.runs.dir)), name)
+    outcome = launch.resume(sweep_dir, locate(c.engine.prefix, probe=False, gpus=True), address=address)
+    finish(outcome, sweeprecord.read_plan(sweep_dir).metric)
 
 
 @task(name="report", help={"name": "sweep name or directory", "runs_dir": "where runs are"})
 def report_(c: Any, name: str, runs_dir: str | None = None) -> None:
     """A sweep's results: results.csv, sweep.json and plots/, printed best first."""
-    sweep_dir = sweeps.find(Path(pick(runs_dir, c.runs.dir)), name)
-    rows = reports.write(sweep_dir)
-    print(reports.text(rows, sweeps.read_plan(sweep_dir).metric))
-    print(f"results:    {sweep_dir / reports.RESULTS} (plots in {sweep_dir / reports.PLOTS})")
+    sweep_dir = sweeprecord.find(Path(pick(runs_dir, c.runs.dir)), name)
+    rows = leaderboard.write(sweep_dir)
+    print(leaderboard.text(rows, sweeprecord.read_plan(sweep_dir).metric))
+    print(f"results:    {sweep_dir / sweeprecord.RESULTS} (plots in {sweep_dir / leaderboard.PLOTS})")
 
 
-def finish(outcome: sweeps.Outcome, metric: str) -> None:
+def finish(outcome: launch.Outcome, metric: str) -> None:
     """The sweep's table and where its record is; an interrupted sweep exits 130."""
-    print(reports.text(outcome.trials, metric))
+    print(leaderboard.text(outcome.trials, metric))
     print(f"sweep:      {outcome.sweep_dir} — {outcome.status}, {len(outcome.trials)} trial(s) in "
           f"{outcome.seconds:.1f} s")
-    print(f"results:    {outcome.sweep_dir / reports.RESULTS} (plots in {outcome.sweep_dir / reports.PLOTS})")
+    print(f"results:    {outcome.sweep_dir / sweeprecord.RESULTS} (plots in {outcome.sweep_dir / leaderboard.PLOTS})")
     if outcome.status == "interrupted":
         print(f"continue:   caffetool sweep.resume {outcome.sweep_dir.name}")
         raise Exit(code=130)

@@ -8,17 +8,17 @@ from typing import Any
 
 from invoke import Collection, Exit
 
-from caffetool import config
 from caffetool.choices import bounded, count, input_file, writable_folder
-from caffetool.engine import import_caffe, locate
-from caffetool.engine import threads as cpu_threads
+from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
-from caffetool.nets import build, model as models, prototxt
+from caffetool.nets import builders, declaration, prototxt
 from caffetool.nets.solver import SolverOptions
-from caffetool.train import caffe_commands, devices, evaluate, metrics_io, owner, rundir, session
-from caffetool.train.logparse import parse_file
+from caffetool.runs import metrics_io, ownership, rundir
+from caffetool.runs.logparse import parse_file
+from caffetool.tasks import settings
 from caffetool.tasks._common import pick, task
-from caffetool.tasks.model import SOLVER_HELP, solver_flags
+from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
+from caffetool.train import caffe_commands, devices, final_test, session
 
 THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_THREADS if set, else every core "
                 "this process may use)")
@@ -33,28 +33,24 @@ THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_
     "labels": "labels.txt for the run (one class name a line)",
     "deploy": "deploy net for --solver (default: derived from a classifier's train net)",
     "threads": THREADS_HELP,
-    **{k: v for k, v in SOLVER_HELP.items() if k != "mode"},
+    **solver_help(without=("mode",)),
 })
+@takes_solver_flags(without=("mode",))
 def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "auto", name: str | None = None,
         weights: str | None = None, batch_size: str | None = None, test_batch_size: str | None = None,
-        type: str | None = None, base_lr: str | None = None, lr_policy: str | None = None, gamma: str | None = None,
-        power: str | None = None, stepsize: str | None = None, stepvalue: list[str] | None = None,
-        momentum: str | None = None, momentum2: str | None = None, delta: str | None = None,
-        rms_decay: str | None = None, weight_decay: str | None = None, max_iter: str | None = None,
-        iter_size: str | None = None, random_seed: str | None = None, test_iter: str | None = None,
-        test_interval: str | None = None, snapshot: str | None = None, display: str | None = None,
         data_dir: str | None = None, runs_dir: str | None = None, solver: str | None = None,
-        labels: str | None = None, deploy: str | None = None, threads: str | None = None) -> None:
+        labels: str | None = None, deploy: str | None = None, threads: str | None = None, *,
+        solver_flags: dict[str, Any]) -> None:
     """Train with the real `caffe train`: live progress, full run record, curves."""
-    options = SolverOptions.from_flags(**solver_flags(locals()))
-    cpu_threads.apply(bounded(threads, "--threads", config.THREADS))
+    options = SolverOptions.from_flags(**solver_flags)
+    cpu_threads.apply(bounded(threads, "--threads", settings.THREADS))
     request = session.TrainRequest(
         model=model, dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
         weights=weights, batch=count(batch_size, "--batch-size"),
         test_batch=count(test_batch_size, "--test-batch-size"),
         data_dir=writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"),
         runs_dir=writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir"), models_dir=c.model.dir,
-        solver=solver, labels=labels, deploy=deploy, type_given=type is not None)
+        solver=solver, labels=labels, deploy=deploy, type_given=solver_flags["type"] is not None)
     result = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     finish(result)
 
@@ -67,7 +63,7 @@ def finish(result: session.TrainResult) -> None:
     print(f"status:     {out.status} — {out.message}" if out.status != "finished" else "status:     finished")
     print(f"iterations: {m.get('iterations')}  wall {t.get('total', 0):.1f} s "
           f"(setup {t.get('setup', 0):.1f}, training {t.get('training', 0):.1f}, testing {t.get('testing', 0):.1f})")
-    for line in evaluate.summary(m.get("final", {}), finished=out.status == "finished"):
+    for line in final_test.summary(m.get("final", {}), finished=out.status == "finished"):
         print(line)
     if result.weights:
         beside = [f"{what}: {path}" for what, path in (("deploy", result.run_dir / "deploy.prototxt"),
@@ -84,7 +80,7 @@ def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None =
            threads: str | None = None) -> None:
     """Continue a run from its newest complete snapshot."""
     iterations = count(max_iter, "--max-iter")
-    cpu_threads.apply(bounded(threads, "--threads", config.THREADS))
+    cpu_threads.apply(bounded(threads, "--threads", settings.THREADS))
     run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
     result = session.resume(locate(c.engine.prefix, probe=False, gpus=True), run_dir, iterations)
     finish(result)
@@ -116,9 +112,9 @@ def time_(c: Any, model: str = "lenet", batch_size: str | None = None, gpu: str 
     shown = count(top, "--top") or 15
     engine = locate(c.engine.prefix, probe=False, gpus=True)
     caffe = import_caffe(engine)
-    m = models.get(model, c.model.dir)
+    m = declaration.get(model, c.model.dir)
     batch = batch or m.batch[0]
-    net = build.deploy(caffe, m, build.shape_of(m), batch=batch)
+    net = builders.deploy(caffe, m, builders.shape_of(m), batch=batch)
     net.force_backward = True  # time the backward pass although a deploy net has no loss
     chosen = devices.choose(engine, gpu)
     with tempfile.TemporaryDirectory(prefix="caffetool-time-") as tmp:
@@ -151,17 +147,17 @@ def parse(c: Any, log: str, out: str | None = None) -> None:
     "out": "folder for the Markdown and PNG (default: runs/reports)", "runs_dir": "where runs are"})
 def report_(c: Any, runs: str, out: str | None = None, runs_dir: str | None = None) -> None:
     """Compare runs side by side: devices, iterations, wall time, iter/s, accuracy, speed-up."""
-    from caffetool.train import report as reports  # noqa: PLC0415 - matplotlib only when reporting
+    from caffetool.runs import comparison  # noqa: PLC0415 - matplotlib only when reporting
 
     runs_root = Path(pick(runs_dir, c.runs.dir))
     names = [r for r in runs.replace(",", " ").split() if r]
-    manifests = [owner.settle(rundir.find(runs_root, r)) for r in names]
+    manifests = [ownership.settle(rundir.find(runs_root, r)) for r in names]
     if not manifests:
         raise ConfigError("name at least one run: invoke train.report RUN[,RUN...]")
-    cells = reports.table(manifests)
-    print(reports.text(cells))
+    cells = comparison.table(manifests)
+    print(comparison.text(cells))
     stem = "report-" + "-vs-".join(m["name"] for m in manifests)[:120]
-    md, png = reports.write(cells, Path(out) if out else runs_root / "reports", stem)
+    md, png = comparison.write(cells, Path(out) if out else runs_root / "reports", stem)
     print(f"written: {md}, {png}")
 
 

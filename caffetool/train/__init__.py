@@ -1,1 +1,1 @@
-"""Training with the real ``caffe`` binary: run directories, the runner, log parsing, plots, reports."""
+"""Training with the real ``caffe`` binary: the session, the runner, devices, final tests, plots and TensorBoard."""

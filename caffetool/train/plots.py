@@ -14,7 +14,7 @@ from pathlib import Path
 
 from caffetool.errors import RunError
 from caffetool.figures import plt, save_figure
-from caffetool.train.logparse import Metrics, outputs
+from caffetool.runs.logparse import Metrics, outputs
 
 FILES = ("loss_accuracy_vs_iters.png", "loss_accuracy_vs_seconds.png", "lr_vs_iters.png")
 ACCURACY = re.compile(r"acc|top[-_]?\d", re.IGNORECASE)

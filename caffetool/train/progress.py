@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Protocol
 
-from caffetool.train.logparse import Metrics, outputs
+from caffetool.runs.logparse import Metrics, outputs
 
 LINE_EVERY = 0.05
 

@@ -18,7 +18,7 @@ has been asked; the ways a run ends besides finishing:
   fails, naming the file and the reason;
 * this process dies without a chance to clean up (SIGKILL, the OOM killer): the kernel kills
   Caffe too (``PR_SET_PDEATHSIG``), since nothing would read its log any more. The next command
-  that reads the run marks it interrupted (:mod:`caffetool.train.owner`).
+  that reads the run marks it interrupted (:mod:`caffetool.runs.ownership`).
 
 Progress is shown by :mod:`caffetool.train.progress`; every new row also goes to the run's
 TensorBoard events (:mod:`caffetool.train.tensorboard`) as it appears, and so do the resource
@@ -45,8 +45,8 @@ from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffetoolError, RunError
 from caffetool.proc import exit_status
-from caffetool.train import snapshots
-from caffetool.train.logparse import LogParser, Metrics
+from caffetool.runs import snapshots
+from caffetool.runs.logparse import LogParser, Metrics
 from caffetool.train.progress import Progress, display
 from caffetool.train.sampler import Sampler
 from caffetool.train.tensorboard import RunEvents

@@ -5,19 +5,14 @@ are generated and validated into the run directory); then the runner trains, and
 ``metrics.csv``/``metrics.json``, ``plots/`` and the TensorBoard events are written — during the
 run and at its end, the manifest first, so the outcome is on record even when the disk is too full
 for the rest. A finished run's test nets are measured at its last iteration before the end is
-recorded (:mod:`caffetool.train.evaluate`). While the run trains, its manifest names this process
-as the owner (:mod:`caffetool.train.owner`).
+recorded (:mod:`caffetool.train.final_test`). While the run trains, its manifest names this process
+as the owner (:mod:`caffetool.runs.ownership`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import platform
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,18 +20,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import caffetool
 from caffetool import fsio
 from caffetool.data import layout, lookup
-from caffetool.engine import EngineInfo, import_caffe
-from caffetool.engine import threads as cpu_threads
-from caffetool.engine import cudnn
+from caffetool.engine import EngineInfo, cpu_threads, cudnn_settings, import_caffe
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffeRefused, ConfigError, RunError
-from caffetool.nets import generate, model as models, prototxt, solver as solvers
-from caffetool.train import (devices, evaluate, metrics_io, owner, project, rundir, runner,
-                             snapshots, tensorboard)
-from caffetool.train.logparse import LogParser, Metrics, parse_file
+from caffetool.nets import declaration, generate, project, prototxt
+from caffetool.nets import solver as solvers
+from caffetool.runs import metrics_io, ownership, rundir, runrecord, snapshots
+from caffetool.runs.logparse import LogParser, Metrics, parse_file
+from caffetool.train import devices, final_test, runner, tensorboard
 
 # What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
 THREAD_VARIABLES = (*cpu_threads.VARIABLES, "OPENBLAS_CORETYPE", "MKL_DISABLE_FAST_MM", "MKL_CBWR")
@@ -84,7 +77,7 @@ class TestRecord:
 
 def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = print,
           progress: bool = True) -> TrainResult:
-    started, t0 = _now(), time.monotonic()
+    started, t0 = runrecord.now(), time.monotonic()
     chosen = devices.choose(engine, req.gpu)  # refused here, before anything is created
     if chosen.notice:
         say(chosen.notice)
@@ -92,7 +85,7 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
     options.mode = "gpu" if chosen.gpu else "cpu"
     if req.solver is not None:
         return _train_project(engine, req, chosen, options, say, progress, started, t0)
-    model = models.get(req.model, req.models_dir)
+    model = declaration.get(req.model, req.models_dir)
     if req.weights and not Path(req.weights).is_file():
         raise ConfigError(f"--weights {req.weights} does not exist")
     dataset = lookup.find(req.dataset, req.data_dir, fetch_missing=True, say=say, progress=progress)
@@ -106,17 +99,12 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         if chosen.gpu:
             _preflight(engine, prototxt.read(generated.files[generate.TRAIN_VAL], caffe_pb2.NetParameter()), dataset.shape,
                        options.type, options.iter_size, say)
-        manifest = _manifest(engine, run_dir, model.name, dataset, chosen, started) | (req.record or {})
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
                                        str(Path(req.weights).absolute()) if req.weights else None)
-        manifest["caffe_command"] = argv
-        manifest["solver"] = {"type": options.type, "max_iter": solver_msg.max_iter,
-                              "base_lr": solver_msg.base_lr, "lr_policy": solver_msg.lr_policy}
-        manifest["timings_s"] = {"setup": round(time.monotonic() - t0, 3)}
-        owner.take(run_dir, manifest)
-        rundir.write_manifest(run_dir, manifest)
+        record = _open_record(engine, run_dir, model.name, dataset, chosen, started, t0, req, argv, solver_msg,
+                              options.type)
     say(f"run {run_dir.name}: {model.name} on {dataset.name}, {solver_msg.max_iter} iterations, {chosen.label}")
-    result = _train_and_record(argv, run_dir, manifest, solver_msg.max_iter, progress, t0, caffe_pb2, say,
+    result = _train_and_record(argv, record, solver_msg.max_iter, progress, t0, caffe_pb2, say,
                                engine=engine, on_metrics=req.on_metrics, stop=req.stop)
     return _started(result, "the generated net")
 
@@ -152,21 +140,16 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
             fsio.write_atomic(run_dir / generate.DEPLOY, prototxt.to_text(derived))
         if req.labels:
             shutil.copyfile(req.labels, run_dir / layout.LABELS)
-        manifest = _manifest(engine, run_dir, Path(req.solver).stem, None, chosen, started) | (req.record or {})
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
                                        str(Path(req.weights).absolute()) if req.weights else None)
-        manifest["caffe_command"] = argv
-        manifest["project"] = {"solver": str(loaded.source), "cwd": str(Path.cwd()), "files_sha256": files,
-                               "original_solver": prototxt.to_text(loaded.original),
-                               "effective_solver": prototxt.to_text(loaded.solver)}
         s = loaded.solver
-        manifest["solver"] = {"type": s.type or "SGD", "max_iter": s.max_iter, "base_lr": s.base_lr,
-                              "lr_policy": s.lr_policy}
-        manifest["timings_s"] = {"setup": round(time.monotonic() - t0, 3)}
-        owner.take(run_dir, manifest)
-        rundir.write_manifest(run_dir, manifest)
+        record = _open_record(engine, run_dir, Path(req.solver).stem, None, chosen, started, t0, req, argv, s,
+                              s.type or "SGD", project={
+                                  "solver": str(loaded.source), "cwd": str(Path.cwd()), "files_sha256": files,
+                                  "original_solver": prototxt.to_text(loaded.original),
+                                  "effective_solver": prototxt.to_text(loaded.solver)})
     say(f"run {run_dir.name}: {req.solver}, {s.max_iter} iterations, {chosen.label}")
-    result = _train_and_record(argv, run_dir, manifest, s.max_iter, progress, t0, caffe_pb2, say, engine=engine,
+    result = _train_and_record(argv, record, s.max_iter, progress, t0, caffe_pb2, say, engine=engine,
                                on_metrics=req.on_metrics, stop=req.stop)
     return _started(result, str(req.solver))
 
@@ -208,8 +191,9 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     (``record`` replaces those entries of the manifest).
     """
     t0 = time.monotonic()
-    manifest = owner.settle(run_dir)
-    owner.take(run_dir, manifest)
+    manifest = ownership.settle(run_dir)
+    ownership.take(run_dir, manifest)
+    run = runrecord.Record(run_dir, manifest)
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     solver_file = run_dir / generate.SOLVER
     msg = prototxt.read(solver_file, caffe_pb2.SolverParameter())
@@ -223,11 +207,11 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
     state = str(start.state.relative_to(run_dir))
     argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag, snapshot=state)
-    manifest.setdefault("resumes", []).append({"at": _now(), "from": state, "max_iter": msg.max_iter,
+    manifest.setdefault("resumes", []).append({"at": runrecord.now(), "from": state, "max_iter": msg.max_iter,
                                                 "caffe_command": argv})
     manifest.update(record or {})
     say(f"resuming {run_dir.name} from {start.state.name} up to iteration {msg.max_iter}")
-    return _train_and_record(argv, run_dir, manifest, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True,
+    return _train_and_record(argv, run, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True,
                              engine=engine, on_metrics=on_metrics, stop=stop)
 
 
@@ -238,45 +222,47 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
 
     ``batches`` defaults to each test net's ``test_iter``, the number the run itself tested it on.
     """
-    manifest = owner.settle(run_dir)
+    manifest = ownership.settle(run_dir)
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     chosen_weights = Path(weights) if weights else snapshots.newest_weights(run_dir, caffe_pb2)
     if chosen_weights is None:
         raise RunError(f"{run_dir} has no .caffemodel yet; give --weights FILE")
-    nets = evaluate.test_nets(run_dir / generate.SOLVER, run_dir, caffe_pb2)
+    nets = final_test.test_nets(run_dir / generate.SOLVER, run_dir, caffe_pb2)
     if not nets:
         raise RunError(f"{run_dir / generate.SOLVER} has no test net (no test_iter); nothing to test")
     chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
     records = []
     for t in nets:
-        result = evaluate.caffe_test_net(engine, run_dir, t, chosen_weights.absolute(), chosen.flag, batches)
-        evaluate.keep_log(run_dir, f"train.test of test net #{t.index} on {chosen_weights.name}", result.log)
+        result = final_test.caffe_test_net(engine, run_dir, t, chosen_weights.absolute(), chosen.flag, batches)
+        final_test.keep_log(run_dir, f"train.test of test net #{t.index} on {chosen_weights.name}", result.log)
         records.append(TestRecord(chosen_weights, t.index, result.batches, result.outputs))
     at = dt.datetime.now().isoformat(timespec="seconds")
     manifest.setdefault("tests", []).extend(
         {"at": at, "weights": str(chosen_weights), "net": r.net, "batches": r.batches, "outputs": r.outputs}
         for r in records)
-    rundir.write_manifest(run_dir, manifest)
+    runrecord.write(run_dir, manifest)
     return records
 
 
-def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: int, progress: bool,
+def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, progress: bool,
                       t0: float, caffe_pb2: ModuleType, say: Callable[[str], None],
                       resumed: bool = False, *, engine: EngineInfo,
                       on_metrics: Callable[[Metrics], None] | None = None,
                       stop: runner.StopRequest | None = None) -> TrainResult:
     """Trains with ``argv``, then measures the test nets at the last iteration where Caffe did not
-    (:mod:`caffetool.train.evaluate`) and records it all: manifest, metrics, plots, TensorBoard."""
+    (:mod:`caffetool.train.final_test`) and records it all: manifest, metrics, plots, TensorBoard. The
+    manifest is written when the run starts, when it ends (first, so the outcome is on record even on
+    a full disk) and once the final test figures are in."""
+    run_dir, manifest = record.run_dir, record.data
     parser = LogParser()
     if resumed and (run_dir / runner.LOG).exists():
         with open(run_dir / runner.LOG, errors="replace") as f:
             for line in f:
                 parser.feed(line)
         parser.metrics.fatal = parser.metrics.diverged_at = None  # how an earlier session ended is not this one's
-        evaluate.restore(parser.metrics, manifest.get("final", {}))
-    manifest["status"] = "running"
-    rundir.write_manifest(run_dir, manifest)
-    owner.keep_room(run_dir)
+        final_test.restore(parser.metrics, manifest.get("final", {}))
+    record.update(status="running")
+    ownership.keep_room(run_dir)
     title = f"{run_dir.name}: {manifest.get('model', 'net')} on {manifest.get('dataset', {}).get('name', 'its data')}"
     events: tensorboard.RunEvents | None = None
     try:
@@ -287,32 +273,27 @@ def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: 
     except RunError as e:  # Caffe could not even start, or its events could not be written
         if events is not None:
             events.discard()
-        owner.give_back_room(run_dir)
-        manifest.update(status="failed", exit_code=None, message=str(e), ended_at=_now())
-        rundir.write_manifest(run_dir, manifest)
+        ownership.give_back_room(run_dir)
+        record.update(status="failed", exit_code=None, message=str(e), ended_at=runrecord.now())
         raise
     finally:
-        owner.give_back_room(run_dir)
+        ownership.give_back_room(run_dir)
     m = outcome.metrics
-    manifest.update(
-        status=outcome.status, exit_code=outcome.exit_code, message=outcome.message, ended_at=_now(),
-        iterations=m.iteration, final=evaluate.last_figures(m), samples=outcome.samples,
-    )
-    setup = manifest.get("timings_s", {}).get("setup", 0.0)
-    manifest["timings_s"] = {
-        "setup": setup,
+    timings = {
+        "setup": manifest.get("timings_s", {}).get("setup", 0.0),
         "training": round(max(0.0, outcome.seconds - m.testing_seconds), 3),
         "testing": round(m.testing_seconds, 3),
         "total": round(time.monotonic() - t0, 3),
     }
     if m.started and m.last_time:
-        manifest["timings_s"]["solving"] = round((m.last_time - m.started).total_seconds(), 3)
-    rundir.write_manifest(run_dir, manifest)
+        timings["solving"] = round((m.last_time - m.started).total_seconds(), 3)
+    record.update(status=outcome.status, exit_code=outcome.exit_code, message=outcome.message,
+                  ended_at=runrecord.now(), iterations=m.iteration, final=final_test.last_figures(m),
+                  samples=outcome.samples, timings_s=timings)
     if outcome.status == "finished":
         final = _measure_final(engine, argv, run_dir, m, caffe_pb2, say)
-        manifest["final"] = evaluate.last_figures(m) | final.record()
-        manifest["timings_s"].update(final_test=final.seconds, total=round(time.monotonic() - t0, 3))
-        rundir.write_manifest(run_dir, manifest)
+        record.update(final=final_test.last_figures(m) | final.record(),
+                      timings_s=timings | {"final_test": final.seconds, "total": round(time.monotonic() - t0, 3)})
     try:
         _write_outputs(m, run_dir, title)
     except RunError as e:
@@ -327,11 +308,11 @@ def _train_and_record(argv: list[str], run_dir: Path, manifest: dict, max_iter: 
 
 
 def _measure_final(engine: EngineInfo, argv: list[str], run_dir: Path, m: Metrics, caffe_pb2: ModuleType,
-                   say: Callable[[str], None]) -> evaluate.Final:
+                   say: Callable[[str], None]) -> final_test.Final:
     """The test nets at the last iteration, on the solver and devices ``argv`` trained with."""
     solver = run_dir / runner.flag_value(argv, "solver")
     gpus = runner.flag_value(argv, "gpu")
-    return evaluate.measure(engine, run_dir, solver, m, ["-gpu", gpus] if gpus else [], caffe_pb2, say)
+    return final_test.measure(engine, run_dir, solver, m, ["-gpu", gpus] if gpus else [], caffe_pb2, say)
 
 
 def _write_outputs(metrics: Metrics, run_dir: Path, title: str) -> None:
@@ -344,49 +325,27 @@ def _write_outputs(metrics: Metrics, run_dir: Path, title: str) -> None:
         plots.write_plots(metrics, run_dir / "plots", title)
 
 
-def _manifest(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dataset | None,
-              chosen: devices.Devices, started: str) -> dict[str, Any]:
-    return {
-        "name": run_dir.name,
-        "status": "setting-up",
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "model": model,
-        "dataset": {"name": dataset.name, "path": str(dataset.path), "backend": dataset.backend,
-                    "files": dataset.manifest.get("files"), "counts": {s: dataset.count(s) for s in ("train", "test")}}
+def _open_record(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dataset | None,
+                 chosen: devices.Devices, started: str, t0: float, req: TrainRequest, argv: list[str], solver: Any,
+                 solver_type: str, **extra: Any) -> runrecord.Record:
+    """The run's first manifest (:func:`caffetool.runs.runrecord.new`), for both kinds of run: what
+    trains it, the request's own entries, this process as its owner; written before Caffe starts."""
+    data = runrecord.new(
+        engine, run_dir, model,
+        {"name": dataset.name, "path": str(dataset.path), "backend": dataset.backend,
+         "files": dataset.manifest.get("files"), "counts": {s: dataset.count(s) for s in ("train", "test")}}
         if dataset else {"name": "its data"},
-        "device": {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag,
-                   "cudnn": cudnn.in_force(caffe_env()) if chosen.gpu and engine.manifest["options"].get("use_cudnn")
-                   else None},
-        "engine": {"prefix": str(engine.prefix), "manifest": engine.manifest},
-        "host": _host(engine),
-        "threads": {k: caffe_env().get(k) for k in THREAD_VARIABLES},
-        "caffetool": {"version": caffetool.__version__, "git_commit": _git_commit()},
-        "started_at": started,
-    }
-
-
-def _host(engine: EngineInfo) -> dict[str, Any]:
-    cpu = None
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                    if line.startswith("model name")), None)
-    except OSError:
-        pass
-    return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu": cpu,
-            "cpus": os.cpu_count(), "gpus": engine.gpus}
-
-
-def _git_commit() -> str | None:
-    root = Path(caffetool.__file__).resolve().parents[1]
-    try:
-        done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+        {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag,
+         "cudnn": cudnn_settings.in_force(caffe_env()) if chosen.gpu and engine.manifest["options"].get("use_cudnn") else None},
+        {k: caffe_env().get(k) for k in THREAD_VARIABLES}, started) | (req.record or {})
+    data.update(caffe_command=argv, **extra,
+                solver={"type": solver_type, "max_iter": solver.max_iter, "base_lr": solver.base_lr,
+                        "lr_policy": solver.lr_policy},
+                timings_s={"setup": round(time.monotonic() - t0, 3)})
+    ownership.take(run_dir, data)
+    record = runrecord.Record(run_dir, data)
+    runrecord.write(run_dir, data)
+    return record
 
 
 def reparse(run_dir: Path) -> Metrics:

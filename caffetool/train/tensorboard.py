@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from caffetool.errors import RunError
-from caffetool.train.logparse import Metrics
+from caffetool.runs.logparse import Metrics
 
 if TYPE_CHECKING:
     from tensorboardX.proto import event_pb2

@@ -8,7 +8,6 @@ setup fails before Caffe starts is removed again; once Caffe has started, nothin
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -16,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from caffetool.errors import ConfigError, RunError
-from caffetool.fsio import write_atomic
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MANIFEST = "manifest.json"
@@ -78,17 +76,3 @@ def find(runs_dir: Path, run: str) -> Path:
         if (candidate / MANIFEST).is_file():
             return candidate.absolute()
     raise RunError(f"no run {run!r} (looked for {runs_dir / run}/{MANIFEST}); `ls {runs_dir}` lists the runs")
-
-
-def read_manifest(path: Path) -> dict:
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError) as e:
-        raise RunError(f"{path / MANIFEST} is unreadable ({e})") from e
-    if not isinstance(manifest, dict):
-        raise RunError(f"{path / MANIFEST} is not a run manifest (a JSON object)")
-    return manifest
-
-
-def write_manifest(path: Path, manifest: dict) -> None:
-    write_atomic(path / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n", RunError)

@@ -21,24 +21,22 @@ report lists a trial whose run it cannot see with its parameters only.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from caffetool import fsio
 from caffetool.choices import Limit, bounded, choose
 from caffetool.data import lookup
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, RunError
-from caffetool.nets import prototxt, solver as solvers
-from caffetool.sweep import cluster
+from caffetool.nets import prototxt
+from caffetool.nets import solver as solvers
+from caffetool.runs import rundir
+from caffetool.sweep import cluster, sweeprecord
 from caffetool.sweep import space as spaces
-from caffetool.train import rundir
 
-PLAN = "sweep.json"
 TUNE_DIR = "tune"
 SCHEDULERS = ("fifo", "asha")
 MODES = ("max", "min")
@@ -52,32 +50,6 @@ GRACE = Limit("an iteration count", 1, 2**31 - 1, kind=int)
 
 
 @dataclass
-class Plan:
-    """What a sweep is: everything :func:`start` and :func:`resume` need, as ``sweep.json`` holds it."""
-
-    name: str
-    params: list[str]
-    metric: str = "test/accuracy"
-    mode: str = "max"
-    scheduler: str = "fifo"
-    grace: int | None = None
-    samples: int = 1
-    max_concurrent: int | None = None
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    address: str | None = None
-    model: str = "lenet"
-    dataset: str = "fashion-mnist"
-    data_dir: str | None = None
-    models_dir: str | None = None
-    solver: str | None = None
-    cwd: str = field(default_factory=lambda: str(Path.cwd()))
-    fixed: dict[str, Any] = field(default_factory=dict)
-    engine_prefix: str | None = None
-    max_iter: int = 0  # settled from the flags: ASHA's max_t
-
-
-@dataclass
 class Outcome:
     sweep_dir: Path
     status: str  # finished, interrupted
@@ -85,7 +57,7 @@ class Outcome:
     trials: list[dict[str, Any]]
 
 
-def check(plan: Plan, engine: EngineInfo) -> spaces.Space:
+def check(plan: sweeprecord.Plan, engine: EngineInfo) -> spaces.Space:
     """Everything about ``plan`` that can be checked without Ray; fills in its settled numbers."""
     plan.metric = spaces.parse_metric(plan.metric).name
     plan.mode = choose(plan.mode, MODES, "--mode")
@@ -119,7 +91,7 @@ def check(plan: Plan, engine: EngineInfo) -> spaces.Space:
     return space
 
 
-def _max_iter(plan: Plan, engine: EngineInfo, params: dict[str, Any]) -> int:
+def _max_iter(plan: sweeprecord.Plan, engine: EngineInfo, params: dict[str, Any]) -> int:
     """The iterations a trial with ``params`` runs: the flags', or the user's solver file's."""
     given = params.get("max_iter", plan.fixed.get("max_iter"))
     if given not in (None, ""):
@@ -130,7 +102,7 @@ def _max_iter(plan: Plan, engine: EngineInfo, params: dict[str, Any]) -> int:
     return int(prototxt.read(Path(plan.solver), caffe_pb2.SolverParameter()).max_iter)
 
 
-def start(plan: Plan, engine: EngineInfo, runs_dir: Path, say: Callable[[str], None] = print) -> Outcome:
+def start(plan: sweeprecord.Plan, engine: EngineInfo, runs_dir: Path, say: Callable[[str], None] = print) -> Outcome:
     """Run the sweep ``plan`` in ``runs_dir/<name>`` to its end (or to Ctrl-C)."""
     space = check(plan, engine)
     if plan.solver is None and plan.address is None:
@@ -138,7 +110,7 @@ def start(plan: Plan, engine: EngineInfo, runs_dir: Path, say: Callable[[str], N
         lookup.find(plan.dataset, plan.data_dir, fetch_missing=True, say=say)
     sweep_dir = rundir.claim(runs_dir.absolute(), plan.name)
     plan.name = sweep_dir.name
-    write_plan(sweep_dir, plan, status="running")
+    sweeprecord.update(sweep_dir, plan, status="running")
     say(f"sweep {plan.name}: {_describe(plan, space)}")
     return _run(plan, sweep_dir, say, lambda trainable: _tuner(plan, space, sweep_dir, trainable, say))
 
@@ -146,12 +118,12 @@ def start(plan: Plan, engine: EngineInfo, runs_dir: Path, say: Callable[[str], N
 def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = print,
            address: str | None = None) -> Outcome:
     """Continue the interrupted sweep in ``sweep_dir`` (Ray Tune's restore)."""
-    plan = read_plan(sweep_dir)
+    plan = sweeprecord.read_plan(sweep_dir)
     if address is not None:
         plan.address = address
     if not (sweep_dir / TUNE_DIR).is_dir():
         raise RunError(f"{sweep_dir} has no Ray Tune state ({TUNE_DIR}/) to resume from")
-    write_plan(sweep_dir, plan, status="running")
+    sweeprecord.update(sweep_dir, plan, status="running")
     say(f"resuming sweep {plan.name}")
 
     def restored(trainable: Any) -> Any:
@@ -163,12 +135,12 @@ def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = pri
     return _run(plan, sweep_dir, say, restored)
 
 
-def _run(plan: Plan, sweep_dir: Path, say: Callable[[str], None], make_tuner: Callable[[Any], Any]) -> Outcome:
-    from caffetool.sweep import report  # noqa: PLC0415
+def _run(plan: sweeprecord.Plan, sweep_dir: Path, say: Callable[[str], None], make_tuner: Callable[[Any], Any]) -> Outcome:
+    from caffetool.sweep import leaderboard  # noqa: PLC0415
 
     t0 = time.monotonic()
     with cluster.connected(plan.address, say), cluster.interruptible(plan.name, say) as interrupted:
-        from caffetool.sweep.trial import SweepFlags, flags_name, NAMESPACE  # noqa: PLC0415
+        from caffetool.sweep.trial import NAMESPACE, SweepFlags, flags_name  # noqa: PLC0415
 
         ready = time.monotonic()
         name = flags_name(plan.name)
@@ -181,12 +153,12 @@ def _run(plan: Plan, sweep_dir: Path, say: Callable[[str], None], make_tuner: Ca
     seconds = round(time.monotonic() - t0, 3)
     timings = {"ray_start": round(ready - t0, 3), "tune": round(tuned - ready, 3),
                "ray_stop": round(time.monotonic() - tuned, 3), "total": seconds}
-    write_plan(sweep_dir, plan, status=status, seconds=seconds, timings_s=timings, trials=tune_trials)
-    trials = report.write(sweep_dir)
+    sweeprecord.update(sweep_dir, plan, status=status, seconds=seconds, timings_s=timings, trials=tune_trials)
+    trials = leaderboard.write(sweep_dir)
     return Outcome(sweep_dir, status, seconds, trials)
 
 
-def _trainable(plan: Plan, sweep_dir: Path, flags: str) -> Any:
+def _trainable(plan: sweeprecord.Plan, sweep_dir: Path, flags: str) -> Any:
     from ray import tune  # noqa: PLC0415
 
     from caffetool.sweep.trial import CaffeTrial, TrialSpec, spec_dict  # noqa: PLC0415
@@ -199,7 +171,7 @@ def _trainable(plan: Plan, sweep_dir: Path, flags: str) -> Any:
     return tune.with_resources(tune.with_parameters(CaffeTrial, spec=spec_dict(spec)), resources)
 
 
-def _tuner(plan: Plan, space: spaces.Space, sweep_dir: Path, trainable: Any, say: Callable[[str], None]) -> Any:
+def _tuner(plan: sweeprecord.Plan, space: spaces.Space, sweep_dir: Path, trainable: Any, say: Callable[[str], None]) -> Any:
     from ray import tune  # noqa: PLC0415
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: PLC0415
 
@@ -220,7 +192,7 @@ def _tuner(plan: Plan, space: spaces.Space, sweep_dir: Path, trainable: Any, say
     return tune.Tuner(trainable, param_space=space.tune(), tune_config=config, run_config=run)
 
 
-def _progress(plan: Plan, say: Callable[[str], None]) -> Any:
+def _progress(plan: sweeprecord.Plan, say: Callable[[str], None]) -> Any:
     """A Tune callback that says one line as each trial starts and ends."""
     from ray import tune  # noqa: PLC0415
 
@@ -269,7 +241,7 @@ def _error_line(error: BaseException) -> str:
     return (wanted[-1] if wanted else lines[-1] if lines else type(error).__name__).strip()
 
 
-def _describe(plan: Plan, space: spaces.Space) -> str:
+def _describe(plan: sweeprecord.Plan, space: spaces.Space) -> str:
     count = space.grid_size() * plan.samples
     per = f"{plan.gpus_per_trial:g} GPU" if plan.gpus_per_trial else f"{plan.cpus_per_trial:g} CPU"
     sched = f"ASHA (grace {plan.grace or max(1, plan.max_iter // TESTS_PER_TRIAL)})" if plan.scheduler == "asha" \
@@ -277,37 +249,3 @@ def _describe(plan: Plan, space: spaces.Space) -> str:
     what = plan.solver or f"{plan.model} on {plan.dataset}"
     return (f"{count} trial(s) of {what}, {plan.max_iter} iterations at most, {per} each, {plan.mode} "
             f"{plan.metric}, {sched}")
-
-
-def write_plan(sweep_dir: Path, plan: Plan, **record: Any) -> None:
-    previous = _read(sweep_dir) if (sweep_dir / PLAN).is_file() else {}
-    data = {**previous, "plan": asdict(plan), **record}
-    fsio.write_atomic(sweep_dir / PLAN, json.dumps(data, indent=2, default=str) + "\n", RunError)
-
-
-def _read(sweep_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((sweep_dir / PLAN).read_text())
-    except (OSError, ValueError) as e:
-        raise RunError(f"{sweep_dir / PLAN} is unreadable ({e}); is {sweep_dir} a sweep?") from None
-    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
-        raise RunError(f"{sweep_dir / PLAN} is not a sweep's record")
-    return data
-
-
-def read_plan(sweep_dir: Path) -> Plan:
-    known = set(Plan.__dataclass_fields__)
-    return Plan(**{k: v for k, v in _read(sweep_dir)["plan"].items() if k in known})
-
-
-def read_record(sweep_dir: Path) -> dict[str, Any]:
-    """``sweep.json`` as written: the plan, the sweep's status and Tune's view of each trial."""
-    return _read(sweep_dir)
-
-
-def find(runs_dir: Path, name: str) -> Path:
-    """A sweep by name (under ``runs_dir``) or by path."""
-    for candidate in (Path(name), runs_dir / name):
-        if (candidate / PLAN).is_file():
-            return candidate.absolute()
-    raise RunError(f"no sweep {name!r} (looked for {runs_dir / name}/{PLAN})")

@@ -10,7 +10,7 @@ from typing import Any
 from caffetool.choices import count
 from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError
-from caffetool.nets import build, model as models, prototxt
+from caffetool.nets import builders, declaration, prototxt
 
 
 @dataclass
@@ -24,7 +24,7 @@ class NetSource:
     solver_type: str | None = None  # from a solver file: its type and iter_size, which flags override
     iter_size: int | None = None
     test_nets: tuple[Any, ...] | None = None  # from a solver file: its test nets with their states
-    project: Any = None  # from a solver file: the caffetool.train.project.Project it was read from
+    project: Any = None  # from a solver file: the caffetool.nets.project.Project it was read from
 
 
 def load(caffe: Any, model: str | None, net_file: str | None, input_shape: str | None = None,
@@ -38,10 +38,10 @@ def load(caffe: Any, model: str | None, net_file: str | None, input_shape: str |
     if solver_file:
         return _from_solver(caffe, engine, solver_file, shape, batch, test_batch)
     if model:
-        m = models.get(model, models_dir)
-        s = build.shape_of(m)
+        m = declaration.get(model, models_dir)
+        s = builders.shape_of(m)
         tb = test_batch or m.batch[1]
-        net = build.train_val(caffe, m, s, build.DataSource("train_lmdb", "test_lmdb"), batch or m.batch[0], tb)
+        net = builders.train_val(caffe, m, s, builders.DataSource("train_lmdb", "test_lmdb"), batch or m.batch[0], tb)
         return NetSource(net, None, m.name, shape or (s.channels, s.size, s.size), s.num_classes, f"model {m.name}")
     path = Path(net_file)
     net = prototxt.read(path, caffe.proto.caffe_pb2.NetParameter())
@@ -52,7 +52,7 @@ def _from_solver(caffe: Any, engine: EngineInfo | None, solver_file: str, shape:
                  batch: int | None, test_batch: int | None) -> NetSource:
     """The train net of ``solver_file``, its paths resolved from here; the input shape is the first
     Data layer's record unless ``--input-shape`` gives it."""
-    from caffetool.train import project  # noqa: PLC0415 - only --solver reads a project
+    from caffetool.nets import project  # noqa: PLC0415 - only --solver reads a project
 
     pb2 = caffe.proto.caffe_pb2
     loaded = project.load(solver_file, engine or locate(probe=False), pb2)

@@ -10,7 +10,7 @@ import lmdb
 import numpy as np
 import pytest
 
-from caffetool.data import datum, db, images
+from caffetool.data import datum, db, imageset
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import ConfigError, DataError
 
@@ -48,23 +48,23 @@ def convert_imageset(engine, root, listing, out, *flags):
     return out
 
 
-def build(root, out, options=images.Options(), **kw):
+def build(root, out, options=imageset.Options(), **kw):
     said = []
-    result = images.build(root, out, options, say=said.append, **kw)
+    result = imageset.build(root, out, options, say=said.append, **kw)
     return result, said
 
 
 MODES = {
-    "plain": (images.Options(), []),
-    "resized": (images.Options(resize_height=16, resize_width=12), ["--resize_height=16", "--resize_width=12"]),
-    "gray": (images.Options(gray=True), ["--gray"]),
-    "gray-resized": (images.Options(gray=True, resize_height=9, resize_width=31),
+    "plain": (imageset.Options(), []),
+    "resized": (imageset.Options(resize_height=16, resize_width=12), ["--resize_height=16", "--resize_width=12"]),
+    "gray": (imageset.Options(gray=True), ["--gray"]),
+    "gray-resized": (imageset.Options(gray=True, resize_height=9, resize_width=31),
                      ["--gray", "--resize_height=9", "--resize_width=31"]),
-    "encoded": (images.Options(encoded=True), ["--encoded"]),
-    "encoded-png": (images.Options(encoded=True, encode_type="png"), ["--encoded", "--encode_type=png"]),
-    "encoded-jpg-resized": (images.Options(encode_type="JPG", resize_height=16, resize_width=12),
+    "encoded": (imageset.Options(encoded=True), ["--encoded"]),
+    "encoded-png": (imageset.Options(encoded=True, encode_type="png"), ["--encoded", "--encode_type=png"]),
+    "encoded-jpg-resized": (imageset.Options(encode_type="JPG", resize_height=16, resize_width=12),
                             ["--encoded", "--encode_type=jpg", "--resize_height=16", "--resize_width=12"]),
-    "encoded-gray": (images.Options(encoded=True, gray=True), ["--encoded", "--gray"]),
+    "encoded-gray": (imageset.Options(encoded=True, gray=True), ["--encoded", "--gray"]),
 }
 
 
@@ -82,7 +82,7 @@ def test_records_equal_convert_imageset(engine, tree, tmp_path, mode):
 
 
 def test_leveldb_records_equal_convert_imageset(engine, tree, tmp_path):
-    build(tree, tmp_path / "ds", images.Options(backend="LevelDB", resize_height=10, resize_width=10))
+    build(tree, tmp_path / "ds", imageset.Options(backend="LevelDB", resize_height=10, resize_width=10))
     ref = convert_imageset(engine, tree, tmp_path / "ds" / "train.txt", tmp_path / "ref", "--backend=leveldb",
                            "--resize_height=10", "--resize_width=10")
     assert list(db.read(tmp_path / "ds" / "train_leveldb")) == list(db.read(ref))
@@ -116,7 +116,7 @@ def test_strict_refuses_the_corrupt_file_and_leaves_nothing(tree, tmp_path):
 def test_list_file_with_spaces_in_paths_and_its_own_labels(engine, tree, tmp_path):
     listing = tmp_path / "list.txt"
     listing.write_text("zebra/im 1.png 7\n\ncat/im 2.jpg 3\ndog/missing.png 1\n")
-    result, said = build(tree, tmp_path / "ds", images.Options(resize_height=5, resize_width=6), list_file=listing)
+    result, said = build(tree, tmp_path / "ds", imageset.Options(resize_height=5, resize_width=6), list_file=listing)
     assert said == [f"skipped {tree}/dog/missing.png: not found"]
     ours = lmdb_records(tmp_path / "ds" / "train_lmdb")
     assert (tmp_path / "ds" / "train.txt").read_text() == "zebra/im 1.png 7\ncat/im 2.jpg 3\ndog/missing.png 1\n"
@@ -128,7 +128,7 @@ def test_list_file_with_spaces_in_paths_and_its_own_labels(engine, tree, tmp_pat
 
 
 def test_shuffled_split_is_reproducible_and_equal_to_convert_imageset(engine, tree, tmp_path):
-    options = images.Options(resize_height=8, resize_width=8)
+    options = imageset.Options(resize_height=8, resize_width=8)
     first, _ = build(tree, tmp_path / "one", options, shuffle=True, seed=5, val_fraction=0.25)
     build(tree, tmp_path / "two", options, shuffle=True, seed=5, val_fraction=0.25)
     build(tree, tmp_path / "other", options, shuffle=True, seed=6, val_fraction=0.25)
@@ -177,9 +177,9 @@ def test_encode_matches_protobuf(caffe):
 
 def test_options_are_checked():
     with pytest.raises(ConfigError, match="^--resize-height and --resize-width go together; give both or neither$"):
-        images.Options(resize_height=4)
+        imageset.Options(resize_height=4)
     with pytest.raises(ConfigError, match="--encode-type"):
-        images.Options(encode_type="gif")
+        imageset.Options(encode_type="gif")
 
 
 def error_of(*args):
@@ -211,7 +211,7 @@ def test_a_full_disk_leaves_nothing_half_written(tree, tmp_path):
 
     with small_disk(tmp_path / "disk", "256k") as disk:
         with pytest.raises(DataError) as err:
-            build(tree, disk / "ds", images.Options(resize_height=200, resize_width=200))
+            build(tree, disk / "ds", imageset.Options(resize_height=200, resize_width=200))
         assert str(err.value).startswith(f"could not write {disk}/.ds.staging-")
         assert str(err.value).endswith("/built/train_lmdb: mdb_txn_commit: Input/output error "
                                        "(0.0 MB left on its file system)")

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from caffetool.errors import RunError
-from caffetool.evaluation import figures, metrics
+from caffetool.evaluation import confusion_figures, metrics
 from caffetool.fsio import staged_dir
-from caffetool.train import rundir
+from caffetool.runs import runrecord
 
 FOLDER = "eval"
 SUMMARY = "summary.json"
@@ -56,9 +56,9 @@ def write(report: Report, final: Path) -> Path:
         (folder / "per_class.csv").write_text(csv_text([keys] + [[r[k] for k in keys]
                                                                 for r in report.summary["per_class"]]))
         (folder / "predictions.csv").write_text(csv_text(report.predictions))
-        figures.confusion_png(report.matrix, names, folder / "confusion.png", report.title)
+        confusion_figures.confusion_png(report.matrix, names, folder / "confusion.png", report.title)
         images = [image for image, _ in report.mistakes]
-        figures.contact_sheet_png(images, [caption for _, caption in report.mistakes], folder / "mistakes.png",
+        confusion_figures.contact_sheet_png(images, [caption for _, caption in report.mistakes], folder / "mistakes.png",
                                   f"{report.title}: the most confident mistakes (true / predicted)")
         (folder / SUMMARY).write_text(json.dumps(report.summary, indent=2) + "\n")
     return final
@@ -73,11 +73,11 @@ def csv_text(rows: Sequence[Sequence[Any]]) -> str:
 def record(run_dir: Path, summary: dict[str, Any], folder: Path) -> dict:
     """Put the evaluation (its summary less the per-class table) in the run's manifest's ``evaluations``,
     in place of an earlier one of the same folder."""
-    manifest = rundir.read_manifest(run_dir)
+    manifest = runrecord.read(run_dir)
     entry = {k: v for k, v in summary.items() if k != "per_class"} | {"dir": str(folder)}
     manifest["evaluations"] = [e for e in manifest.get("evaluations", [])
                                if isinstance(e, dict) and e.get("dir") != str(folder)] + [entry]
-    rundir.write_manifest(run_dir, manifest)
+    runrecord.write(run_dir, manifest)
     return manifest
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from caffetool.data import choice, registry
+from caffetool.data import preference, registry
 from caffetool.errors import SourceError
 
 from .httpserver import Server
@@ -17,7 +17,7 @@ def test_unreachable_mnist_falls_back_to_fashion_mnist_and_says_so(tmp_path, mon
         dead = dataclasses.replace(registry.MNIST, mirrors=(f"{server.url}/mnist/",))
         monkeypatch.setitem(registry.DATASETS, "mnist", dead)
         messages: list[str] = []
-        dataset = choice.first_available(tmp_path, messages.append)
+        dataset = preference.first_available(tmp_path, messages.append)
     assert dataset.name == "fashion-mnist"
     assert messages[0].startswith("MNIST handwritten digits: no source reachable "
                                   f"({server.url}/mnist/train-images-idx3-ubyte.gz: HTTP 404")
@@ -30,7 +30,7 @@ def test_no_data_set_lists_every_attempt(tmp_path, monkeypatch):
         dead = dataclasses.replace(registry.MNIST, mirrors=(f"{server.url}/a/", f"{server.url}/b/"))
         monkeypatch.setitem(registry.DATASETS, "mnist", dead)
         with pytest.raises(SourceError) as err:
-            choice.first_available(tmp_path / "data", lambda _: None, preferred=("mnist",))
+            preference.first_available(tmp_path / "data", lambda _: None, preferred=("mnist",))
     name = "train-images-idx3-ubyte.gz"
     assert err.value.attempts == [(f"{server.url}/a/{name}", "HTTP 404 Not Found"),
                                   (f"{server.url}/b/{name}", "HTTP 404 Not Found")]

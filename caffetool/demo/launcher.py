@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from caffetool.choices import PORT
 from caffetool.demo import classifier as demo_classifier
 from caffetool.demo.protocol import DeadlineProtocol
-from caffetool.demo.server import create_app
+from caffetool.demo.webapp import create_app
 from caffetool.engine import EngineInfo, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.train.devices import CPU, PycaffeDevice
@@ -51,7 +51,7 @@ def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, h
         "device": device.label,
         "files": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()},
     })
-    uvicorn.run("caffetool.demo.serving:app_from_environment", factory=True, workers=workers,
+    uvicorn.run("caffetool.demo.launcher:app_from_environment", factory=True, workers=workers,
                 **uvicorn_options(host, port))
 
 

@@ -30,9 +30,10 @@ from typing import Any
 
 from caffetool.engine import EngineInfo
 from caffetool.errors import NetError, RunError
-from caffetool.nets import prototxt
-from caffetool.train import caffe_commands, project, snapshots
-from caffetool.train.logparse import ROW_KEYS, Metrics, outputs
+from caffetool.nets import project, prototxt
+from caffetool.runs import snapshots
+from caffetool.runs.logparse import ROW_KEYS, Metrics, outputs
+from caffetool.train import caffe_commands
 
 BY_TRAIN = "caffe train"
 BY_TEST = "caffe test"

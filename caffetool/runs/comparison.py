@@ -16,7 +16,7 @@ from pathlib import Path
 from caffetool.errors import RunError
 from caffetool.figures import plt, save_figure
 from caffetool.fsio import write_atomic
-from caffetool.train.logparse import ROW_KEYS
+from caffetool.runs.logparse import ROW_KEYS
 
 FIRST = ("run", "device(s)", "iterations", "wall time", "iter/s")
 LAST = ("tested at", "speed-up")

@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from caffetool.demo.protocol import DeadlineProtocol
-from caffetool.demo.server import create_app
+from caffetool.demo.webapp import create_app
 
 
 class QuickDeadline(DeadlineProtocol):

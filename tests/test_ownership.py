@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from caffetool.errors import RunError
-from caffetool.train import owner, rundir
+from caffetool.runs import ownership, rundir, runrecord
 
 from .smalldisk import small_disk
 
@@ -30,7 +30,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def ended_process() -> dict:
     """The owner record of a process that has ended."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    record = {**owner.me(), "pid": child.pid, "start": owner.start_ticks(child.pid)}
+    record = {**ownership.me(), "pid": child.pid, "start": ownership.start_ticks(child.pid)}
     child.kill()
     child.wait()
     return record
@@ -39,68 +39,68 @@ def ended_process() -> dict:
 def write_run(tmp_path: Path, **manifest: object) -> Path:
     run = tmp_path / "r1"
     run.mkdir()
-    rundir.write_manifest(run, {"name": "r1", **manifest})
+    runrecord.write(run, {"name": "r1", **manifest})
     return run
 
 
 def test_this_process_is_alive_as_recorded():
-    me = owner.me()
+    me = ownership.me()
     assert me["pid"] == os.getpid() and me["host"] == socket.gethostname()
-    assert me["start"] == owner.start_ticks(os.getpid()) and me["boot"]
-    assert owner.alive(me)
+    assert me["start"] == ownership.start_ticks(os.getpid()) and me["boot"]
+    assert ownership.alive(me)
 
 
 def test_an_ended_process_is_gone(sleeper):
-    assert not owner.alive(ended_process())
-    live = {**owner.me(), "pid": sleeper.pid, "start": owner.start_ticks(sleeper.pid)}
-    assert owner.alive(live)
-    assert not owner.alive({**live, "start": live["start"] - 1})  # the pid now belongs to another process
-    assert not owner.alive({**live, "boot": "another-boot"})
+    assert not ownership.alive(ended_process())
+    live = {**ownership.me(), "pid": sleeper.pid, "start": ownership.start_ticks(sleeper.pid)}
+    assert ownership.alive(live)
+    assert not ownership.alive({**live, "start": live["start"] - 1})  # the pid now belongs to another process
+    assert not ownership.alive({**live, "boot": "another-boot"})
 
 
 def test_what_cannot_be_checked_counts_as_alive():
-    assert owner.alive(None)
-    assert owner.alive({**ended_process(), "host": "another-host"})
+    assert ownership.alive(None)
+    assert ownership.alive({**ended_process(), "host": "another-host"})
 
 
 def test_a_running_run_whose_owner_is_gone_is_settled_as_interrupted(tmp_path):
     run = write_run(tmp_path, status="running", owner=ended_process())
-    (run / owner.ROOM).write_bytes(bytes(10))
-    settled = owner.settle(run)
+    (run / ownership.ROOM).write_bytes(bytes(10))
+    settled = ownership.settle(run)
     assert settled["status"] == "interrupted" and settled["exit_code"] is None
     assert settled["message"] == (f"the process that was training it (pid {settled['owner']['pid']}) ended without "
                                   "recording an outcome; continue from its newest complete snapshot with "
                                   "`caffetool train.resume r1`")
     assert json.loads((run / rundir.MANIFEST).read_text()) == settled
-    assert not (run / owner.ROOM).exists()
+    assert not (run / ownership.ROOM).exists()
 
 
 def test_live_and_finished_runs_are_left_alone(tmp_path, sleeper):
-    live = {**owner.me(), "pid": sleeper.pid, "start": owner.start_ticks(sleeper.pid)}
+    live = {**ownership.me(), "pid": sleeper.pid, "start": ownership.start_ticks(sleeper.pid)}
     run = write_run(tmp_path, status="running", owner=live)
-    assert owner.settle(run)["status"] == "running"
-    rundir.write_manifest(run, {"name": "r1", "status": "finished", "owner": ended_process()})
-    assert owner.settle(run)["status"] == "finished"
+    assert ownership.settle(run)["status"] == "running"
+    runrecord.write(run, {"name": "r1", "status": "finished", "owner": ended_process()})
+    assert ownership.settle(run)["status"] == "finished"
 
 
 def test_a_run_another_live_process_trains_is_not_taken(tmp_path, sleeper):
-    live = {**owner.me(), "pid": sleeper.pid, "start": owner.start_ticks(sleeper.pid)}
+    live = {**ownership.me(), "pid": sleeper.pid, "start": ownership.start_ticks(sleeper.pid)}
     manifest = {"status": "running", "owner": live}
     with pytest.raises(RunError, match=rf"^run r1 is being trained by process {sleeper.pid} on "
                                        rf"{socket.gethostname()}; wait for it to end or stop it first$"):
-        owner.take(tmp_path / "r1", manifest)
+        ownership.take(tmp_path / "r1", manifest)
     manifest["status"] = "interrupted"
-    owner.take(tmp_path / "r1", manifest)
+    ownership.take(tmp_path / "r1", manifest)
     assert manifest["owner"]["pid"] == os.getpid()
 
 
 def test_room_for_the_record_is_kept_where_there_is_room(tmp_path):
-    owner.keep_room(tmp_path)
-    assert (tmp_path / owner.ROOM).stat().st_size == owner.ROOM_BYTES
-    owner.give_back_room(tmp_path)
-    assert not (tmp_path / owner.ROOM).exists()
+    ownership.keep_room(tmp_path)
+    assert (tmp_path / ownership.ROOM).stat().st_size == ownership.ROOM_BYTES
+    ownership.give_back_room(tmp_path)
+    assert not (tmp_path / ownership.ROOM).exists()
     with small_disk(tmp_path / "disk", "256k") as disk:
-        owner.keep_room(disk)
+        ownership.keep_room(disk)
         assert list(disk.iterdir()) == []
 
 
@@ -109,4 +109,4 @@ def test_a_manifest_that_is_not_an_object_is_refused(tmp_path):
     run.mkdir()
     (run / rundir.MANIFEST).write_text("[1, 2]")
     with pytest.raises(RunError, match=r"manifest.json is not a run manifest \(a JSON object\)$"):
-        owner.settle(run)
+        ownership.settle(run)

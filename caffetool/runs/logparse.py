@@ -26,7 +26,7 @@ from pathlib import Path
 from caffetool import glog
 from caffetool.errors import RunError
 from caffetool.glog import ITERATION
-from caffetool.train import snapshots
+from caffetool.runs import snapshots
 
 SOLVING = re.compile(r"^Solving (.*)$")
 LEARNING_RATE = re.compile(r"^Iteration (\d+), lr = (\S+)$")

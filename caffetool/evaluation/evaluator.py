@@ -24,10 +24,10 @@ from caffetool.choices import choose
 from caffetool.data import db
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import DataError, RunError
-from caffetool.evaluation import forward, metrics, records, report
+from caffetool.evaluation import forward, metrics, records, writeup
 from caffetool.nets import state
-from caffetool.train import evaluate as final_test
-from caffetool.train import snapshots
+from caffetool.runs import snapshots
+from caffetool.train import final_test
 from caffetool.train.devices import CPU, PycaffeDevice
 
 DEPLOY, LABELS = "deploy.prototxt", "labels.txt"
@@ -43,7 +43,7 @@ class Evaluation:
         s = self.summary
         what = (f"records of the {s['split']} split ({s['source']}) with {Path(s['weights']).name}, "
                 f"{s['backend']} backend")
-        return report.lines(s, self.matrix, self.folder, what)
+        return writeup.lines(s, self.matrix, self.folder, what)
 
 
 def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, split: str = "test", top: int = 5,
@@ -76,17 +76,17 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     if caffe_test and split == "test":
         say(f"caffe test on the same {results.count} records for comparison")
         measured = measure(engine, run_dir, src, weights, results, accuracy, device.flag)
-    summary = report.summary(
+    summary = writeup.summary(
         results, names, weights=str(weights), split=split, source=str(src.path), backend=backend, device=device.label,
         batch_size=size, seconds=seconds, caffe_test=measured, at=dt.datetime.now().isoformat(timespec="seconds"))
-    folder = run_dir / report.FOLDER / folder_name(weights, split, backend)
+    folder = run_dir / writeup.FOLDER / folder_name(weights, split, backend)
     mistakes = _mistakes(results, names, src, transform, pb2)
     rows = [["index", "key", "true", "predicted", "probability", f"top{results.k}"]]
     rows += [[i, keys[i], names[results.labels[i]], names[results.top[i, 0]], f"{results.prob[i, 0]:.6g}",
               ";".join(names[c] for c in results.top[i])] for i in range(results.count)]
-    report.write(report.Report(summary, results.confusion(), rows, mistakes,
+    writeup.write(writeup.Report(summary, results.confusion(), rows, mistakes,
                                f"{run_dir.name}/{weights.stem}"), folder)
-    report.record(run_dir, summary, folder)
+    writeup.record(run_dir, summary, folder)
     return Evaluation(folder, summary, results.confusion())
 
 
@@ -112,7 +112,7 @@ def _forward_all(net: forward.DeployNet, src: records.Source, transform: records
 
 def _mistakes(results: metrics.Results, names: list[str], src: records.Source, transform: records.Transform,
               pb2: ModuleType) -> list[tuple[np.ndarray, str]]:
-    chosen = results.confident_mistakes(report.MISTAKES)
+    chosen = results.confident_mistakes(writeup.MISTAKES)
     images = records.images_at(src, transform, pb2, chosen)
     return [(images[i], f"{names[results.labels[i]]} /\n{names[results.predicted[i]]} {results.prob[i, 0]:.2f}")
             for i in chosen if i in images]

@@ -10,7 +10,7 @@ from typing import Any
 
 from caffetool.errors import RunError
 from caffetool.fsio import atomic_file, write_atomic
-from caffetool.train.logparse import Metrics
+from caffetool.runs.logparse import Metrics
 
 FIRST = ["phase", "net", "NumIters", "Seconds", "LearningRate"]
 

@@ -1,4 +1,4 @@
-"""A sweep's results: one row per trial in ``results.csv`` and ``sweep.json``, a table, and plots.
+"""A sweep's results read from its trials' runs: one row per trial, a table, and plots.
 
 Each row is read from the trial's own run (its manifest and ``metrics.json``, or its ``caffe.log``
 when those are missing), so it says what the run's record says: the parameters, the metric's last
@@ -11,37 +11,34 @@ one figure, and the final metric against each parameter.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from caffetool import fsio
 from caffetool.errors import CaffetoolError, RunError
-from caffetool.sweep import run as sweeps
+from caffetool.runs import ownership, rundir
+from caffetool.runs.logparse import parse_file
 from caffetool.sweep import space as spaces
-from caffetool.train import owner, rundir, runner
-from caffetool.train.logparse import parse_file
+from caffetool.sweep import sweeprecord
+from caffetool.train import runner
 
-RESULTS = "results.csv"
 PLOTS = "plots"
 CURVES = "metric_vs_iterations.png"
-FIXED_COLUMNS = ("metric", "metric_iteration", "iterations", "wall_s", "status", "host", "node")
 
 
 def collect(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The sweep's record and one row per trial, best first."""
-    record = sweeps.read_record(sweep_dir)
-    plan = record["plan"]
+    """The sweep's plan (as ``sweep.json`` holds it) and one row per trial, best first."""
+    written = sweeprecord.read_record(sweep_dir)
+    plan = written["plan"]
     metric = spaces.parse_metric(plan["metric"])
-    tuned = {t["trial"]: t for t in record.get("trials", [])}
+    tuned = {t["trial"]: t for t in written.get("trials", [])}
     runs = {p.name: p for p in sorted(sweep_dir.iterdir()) if (p / rundir.MANIFEST).is_file()}
     rows = [_row(name, runs.get(name), tuned.get(name, {}), metric) for name in sorted(set(tuned) | set(runs))]
     sign = -1.0 if plan.get("mode", "max") == "max" else 1.0
     rows.sort(key=lambda r: (r["metric"] is None, sign * (r["metric"] if r["metric"] is not None else 0.0),
                              r["trial"]))
-    return record, rows
+    return plan, rows
 
 
 def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.Metric) -> dict[str, Any]:
@@ -51,7 +48,7 @@ def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.
                            "host": None, "node": None, "message": tuned.get("error"), "curve": []}
     if run_dir is None:
         return row
-    manifest = owner.settle(run_dir)
+    manifest = ownership.settle(run_dir)
     sweep = manifest.get("sweep", {})
     row["params"] = dict(sweep.get("params") or row["params"])
     row.update(iterations=manifest.get("iterations"), wall_s=manifest.get("timings_s", {}).get("total"),
@@ -86,20 +83,11 @@ def _rows(run_dir: Path, metric: spaces.Metric) -> list[dict[str, Any]]:
 
 
 def write(sweep_dir: Path) -> list[dict[str, Any]]:
-    """``results.csv``, the results in ``sweep.json``, and ``plots/``; the rows, best first."""
-    record, rows = collect(sweep_dir)
-    plan = record["plan"]
+    """``results.csv``, the results in ``sweep.json`` (:mod:`caffetool.sweep.sweeprecord`), and ``plots/``;
+    the rows, best first."""
+    plan, rows = collect(sweep_dir)
     names = _param_names(rows)
-    with fsio.atomic_file(sweep_dir / RESULTS, RunError) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["trial", *names, plan["metric"], *FIXED_COLUMNS[1:], "message"])
-        for r in rows:
-            writer.writerow([r["trial"], *(r["params"].get(n) for n in names), *(r[c] for c in FIXED_COLUMNS),
-                             (r["message"] or "").splitlines()[0] if r["message"] else ""])
-    best = next((r["trial"] for r in rows if r["metric"] is not None), None)
-    results = [{k: v for k, v in r.items() if k != "curve"} for r in rows]
-    data = {**record, "results": results, "best": best}
-    fsio.write_atomic(sweep_dir / sweeps.PLAN, json.dumps(data, indent=2, default=str) + "\n", RunError)
+    sweeprecord.write_results(sweep_dir, rows, names, plan["metric"])
     if any(r["curve"] for r in rows):
         _plots(sweep_dir / PLOTS, rows, names, plan["metric"], plan["name"])
     return rows

@@ -22,7 +22,7 @@ import socket
 from pathlib import Path
 
 from caffetool.errors import RunError
-from caffetool.train import rundir
+from caffetool.runs import runrecord
 
 ACTIVE = ("setting-up", "running")
 ROOM = ".room-for-the-record"
@@ -65,7 +65,7 @@ def settle(run_dir: Path) -> dict:
     The correction is written back when the run directory is writable; either way the manifest
     returned tells the truth.
     """
-    manifest = rundir.read_manifest(run_dir)
+    manifest = runrecord.read(run_dir)
     if manifest.get("status") not in ACTIVE or alive(manifest.get("owner")):
         return manifest
     pid = manifest["owner"].get("pid")
@@ -74,7 +74,7 @@ def settle(run_dir: Path) -> dict:
         f"continue from its newest complete snapshot with `caffetool train.resume {run_dir.name}`"))
     give_back_room(run_dir)
     try:
-        rundir.write_manifest(run_dir, manifest)
+        runrecord.write(run_dir, manifest)
     except RunError:
         pass  # a read-only or full disk: the caller still gets the corrected status
     return manifest

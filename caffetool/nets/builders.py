@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from caffetool.nets.model import Model
+from caffetool.nets.declaration import Model
 
 
 @dataclass(frozen=True)

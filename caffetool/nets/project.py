@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 
 from caffetool import fsio
 from caffetool.checksum import sha256_file
-from caffetool.data import db
+from caffetool.data import datum, db
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import DataError, NetError
@@ -296,8 +296,7 @@ def _record_shape(source: Path, crop: int, caffe_pb2: ModuleType) -> list[int] |
     first = next(db.read(source, limit=1), None)
     if first is None:
         return None
-    datum = caffe_pb2.Datum()
-    datum.ParseFromString(first[1])
-    if datum.encoded:
+    message = datum.parse(first[1], caffe_pb2)
+    if message.encoded:
         return None
-    return [datum.channels, crop or datum.height, crop or datum.width]
+    return [message.channels, crop or message.height, crop or message.width]

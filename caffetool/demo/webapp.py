@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import base64
 import re
-from html import escape
 from collections.abc import Awaitable, Callable
+from html import escape
 from importlib import resources
 from pathlib import Path
 from types import ModuleType

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from caffetool.memory import estimate as est
-from caffetool.memory import nets as sources
+from caffetool.memory import netsource
 
 MB = 1024**2
 GB = 1024**3
@@ -43,7 +43,7 @@ def published(caffe: Any, models_dir: str | Path | None = None) -> list[Publishe
     """The figures for the shipped AlexNet and VGG-16 declarations, as the sources trained them."""
     loaded = {}
     for name in ("alexnet", "vgg16"):
-        s = sources.load(caffe, name, None, None, models_dir, 128)
+        s = netsource.load(caffe, name, None, None, models_dir, 128)
         loaded[name] = (s.net, est.Options(input_shape=s.input_shape, mode="gpu"))
     return figures(loaded)
 

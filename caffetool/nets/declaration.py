@@ -5,7 +5,7 @@ installed as the package ``caffetool.models``; ``model.dir`` (or ``--models-dir`
 folder of one's own instead. Each ``models/<name>.py`` defines ``MODEL = Model(...)``: its
 default input, transforms, batch sizes and a ``build`` function that adds the layers between the
 input and the class scores to a ``caffe.NetSpec``. The train/test net and the deploy net are both
-made from that one function (:mod:`caffetool.nets.build`), so they cannot drift apart. Adding a
+made from that one function (:mod:`caffetool.nets.builders`), so they cannot drift apart. Adding a
 model is adding one file.
 """
 

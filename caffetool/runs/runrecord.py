@@ -1,0 +1,99 @@
+"""A run's manifest (``manifest.json``): made in one place, and read and written through one door.
+
+:func:`new` makes a run's first manifest: what trains it (command, model, data set, devices, the
+engine's own manifest), where (host, threads) and with which caffetool. :class:`Record` keeps it
+in memory while a command works on the run and writes it whole at every :meth:`Record.update`;
+:func:`read` and :func:`write` serve the commands that add to a run's record later (``train.test``,
+``evaluate``, the checks of who owns a run). Every write replaces the file in one rename, so a
+manifest on disk is always whole.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import caffetool
+from caffetool.engine import EngineInfo
+from caffetool.errors import RunError
+from caffetool.fsio import write_atomic
+from caffetool.runs.rundir import MANIFEST
+
+
+def read(run_dir: Path) -> dict:
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        raise RunError(f"{run_dir / MANIFEST} is unreadable ({e})") from e
+    if not isinstance(manifest, dict):
+        raise RunError(f"{run_dir / MANIFEST} is not a run manifest (a JSON object)")
+    return manifest
+
+
+def write(run_dir: Path, manifest: dict) -> None:
+    write_atomic(run_dir / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n", RunError)
+
+
+class Record:
+    """A run's manifest in memory, written whole whenever it changes."""
+
+    def __init__(self, run_dir: Path, data: dict) -> None:
+        self.run_dir, self.data = run_dir, data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+        write(self.run_dir, self.data)
+
+
+def new(engine: EngineInfo, run_dir: Path, model: str, dataset: dict[str, Any], device: dict[str, Any],
+        threads: dict[str, str | None], started: str) -> dict[str, Any]:
+    """A run's first manifest, ``setting-up``: ``dataset`` and ``device`` as the caller describes
+    them, ``threads`` the thread variables Caffe runs with."""
+    return {
+        "name": run_dir.name,
+        "status": "setting-up",
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "model": model,
+        "dataset": dataset,
+        "device": device,
+        "engine": {"prefix": str(engine.prefix), "manifest": engine.manifest},
+        "host": _host(engine),
+        "threads": threads,
+        "caffetool": {"version": caffetool.__version__, "git_commit": _git_commit()},
+        "started_at": started,
+    }
+
+
+def now() -> str:
+    """A timestamp as manifests hold them: local time with its offset, to the second."""
+    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def _host(engine: EngineInfo) -> dict[str, Any]:
+    cpu = None
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                    if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu": cpu,
+            "cpus": os.cpu_count(), "gpus": engine.gpus}
+
+
+def _git_commit() -> str | None:
+    root = Path(caffetool.__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None

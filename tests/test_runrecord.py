@@ -1,0 +1,45 @@
+"""A run's manifest: made in one place, written whole, read with clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from caffetool.errors import RunError
+from caffetool.runs import rundir, runrecord
+
+from .smalldisk import small_disk
+
+
+def test_a_full_disk_keeps_the_previous_manifest(tmp_path):
+    with small_disk(tmp_path / "disk", "256k") as disk:
+        run = rundir.claim(disk, "r")
+        runrecord.write(run, {"name": "r", "status": "running"})
+        with pytest.raises(RunError) as err:
+            runrecord.write(run, {"name": "r", "status": "finished", "log": "x" * (1 << 20)})
+        assert str(err.value) == f"cannot write {run / rundir.MANIFEST}: No space left on device"
+        assert runrecord.read(run) == {"name": "r", "status": "running"}
+        assert sorted(p.name for p in run.iterdir()) == [rundir.MANIFEST]
+
+
+def test_an_unreadable_manifest_is_a_run_error(tmp_path):
+    run = rundir.claim(tmp_path, "r")
+    (run / rundir.MANIFEST).write_text("{not json")
+    with pytest.raises(RunError, match=r"manifest.json is unreadable"):
+        runrecord.read(run)
+    runrecord.write(run, {"when": tmp_path})  # non-JSON values are written as text
+    assert json.loads((run / rundir.MANIFEST).read_text()) == {"when": str(tmp_path)}
+
+
+def test_a_record_writes_the_whole_manifest_at_every_change(engine, tmp_path):
+    run = rundir.claim(tmp_path, "r")
+    data = runrecord.new(engine, run, "lenet", {"name": "its data"}, {"gpu": False, "label": "CPU", "flag": []},
+                         {"OMP_NUM_THREADS": "2"}, runrecord.now())
+    assert (data["name"], data["status"], data["model"]) == ("r", "setting-up", "lenet")
+    assert data["engine"]["prefix"] == str(engine.prefix) and data["threads"] == {"OMP_NUM_THREADS": "2"}
+    record = runrecord.Record(run, data)
+    record.update(status="running")
+    assert runrecord.read(run) == data and data["status"] == "running"
+    record.update(status="finished", iterations=10)
+    assert runrecord.read(run)["status"] == "finished" and record.get("iterations") == 10
