@@ -73,12 +73,14 @@ class Limit:
         return above and below
 
     def describe(self) -> str:
-        """The range in words: "above 0", "of 0 or more", "from 1 to 65535"."""
+        """The range in words: "above 0", "of 0 or more", "from 1 to 65535", "above 0 and at most 1024"."""
         low, high = _show(self.low), _show(self.high)
         if math.isinf(self.low) and math.isinf(self.high):
             return "any finite number"
         if math.isinf(self.high):
             return f"above {low}" if self.low_open else f"of {low} or more"
+        if self.low_open:
+            return f"above {low} and {'below' if self.high_open else 'at most'} {high}"
         return f"from {low} to {'just below ' if self.high_open else ''}{high}"
 
     def refusal(self, flag: str, value: object) -> ConfigError:

@@ -38,6 +38,9 @@ class CaffetoolProgram(Program):
         self.config.set_project_location(here)
         self.config.load_project()
 
+    def run(self, argv: list[str] | None = None, exit: bool = True) -> None:  # noqa: A002 - Invoke's name
+        super().run(help_first(sys.argv if argv is None else argv), exit)
+
     def parse_core(self, argv: list[str] | None) -> None:
         """Invoke's own flags; a wrong one is reported as every caffetool error is."""
         with _as_error():
@@ -47,6 +50,16 @@ class CaffetoolProgram(Program):
         """The task names and their flags; a wrong one is reported as every caffetool error is."""
         with _as_error():
             super().parse_tasks()
+
+
+def help_first(argv: list[str]) -> list[str]:
+    """``caffetool TASK ... --help`` as ``caffetool --help TASK``: Invoke would give ``--help`` to a
+    task whose positional argument is missing (``evaluate``, ``demo.classify``) as that argument."""
+    names = {name for main, aliases in ns.task_names.items() for name in (main, *aliases)}
+    for i, token in enumerate(argv[1:], 1):
+        if token in names:
+            return [*argv[:i], "--help", token] if "--help" in argv[i + 1:] else argv
+    return argv
 
 
 @contextmanager

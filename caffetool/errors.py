@@ -66,6 +66,15 @@ class CaffeRefused(NetError):
     """Caffe itself rejected a net or solver (its FATAL line is the message)."""
 
 
+class PythonLayerError(NetError):
+    """A Python layer of a net raised while Caffe built or ran it; ``error`` is the exception's last
+    line (``ValueError: ...``)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(f"a Python layer of the net raised {error}")
+        self.error = error
+
+
 class RunError(CaffetoolError):
     """A training run cannot be made, resumed, tested or read, or Caffe failed inside it."""
 

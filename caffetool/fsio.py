@@ -13,6 +13,10 @@ metrics, plots, a mean image, a data set, a generated model, an engine prefix):
   two renames. Builders that need room beside the result (an engine's source and build trees)
   use the same staging folder through :func:`staging_folder` and :func:`move_into_place`.
 
+Replacing is only ever done to what caffetool made: :func:`check_replaceable` refuses a target that
+is a file, that is or holds one of the job's inputs, or that is a folder of someone else's files,
+before anything is written (``--force`` means "replace caffetool's own result", never "delete").
+
 Each takes an optional error class: a failure to write (disk full, a read-only folder, a file
 where a folder should be) is then raised as that caffetool error, ``cannot write PATH: REASON``.
 
@@ -31,7 +35,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,6 +56,30 @@ def write_atomic(path: Path, data: str | bytes, error: type[Exception] | None = 
     """
     with atomic_file(path, error) as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def check_replaceable(target: Path, ours: Callable[[Path], bool], what: str, inputs: Iterable[Path] = (),
+                      error: type[Exception] = OSError) -> None:
+    """Refuse to replace ``target`` unless it is absent, an empty folder, or ``what`` caffetool made
+    (``ours(target)``, e.g. a folder with caffetool's manifest); also refuse a ``target`` that is or
+    holds one of ``inputs``, which replacing it would delete. Nothing is changed either way."""
+    if not target.exists() and not target.is_symlink():
+        return
+    real = target.resolve()
+    for given in inputs:
+        source = Path(given).resolve()
+        if source == real or real in source.parents:
+            raise error(f"{target} {'is' if source == real else 'holds'} the input {given}, which replacing it "
+                        f"would delete; write {what} somewhere else (nothing was changed)")
+    if not target.is_dir():
+        raise error(f"{target} is a file, not {what}; choose another place (nothing was changed)")
+    if ours(target):
+        return
+    entries = sorted(p.name for p in target.iterdir())
+    if entries:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise error(f"{target} holds files caffetool did not make ({shown}), not {what}; caffetool replaces only "
+                    f"{what} it made itself: choose an empty or new folder (nothing was changed)")
 
 
 @contextmanager

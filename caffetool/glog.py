@@ -9,7 +9,8 @@ The severity is one of ``I``, ``W``, ``E``, ``F``; older glog writes the date as
 as ``YYYYMMDD``. A ``CHECK`` that fails logs one ``F`` line (``Check failed: ...``) and aborts, so
 the last ``F`` line is what Caffe refused. Only the line shapes are known here: what a run's lines
 add up to (rows of metrics) is :mod:`caffetool.runs.logparse`'s job. Lines without the prefix
-(Python tracebacks, glog's own stack dumps) are not glog lines and give ``None``.
+(Python tracebacks, glog's own stack dumps) are not glog lines and give ``None``; a Python
+layer's exception is found by :func:`python_error`, a stack dump's lines by :data:`STACK_DUMP`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ PREFIX = re.compile(
 # The solver's display line; the rate in parentheses appears in Caffe versions since 2017.
 ITERATION = re.compile(r"^Iteration (\d+)(?: \(([-+.\deE]+|[-+]?(?:inf|nan)) iter/s, [^)]*\))?, loss = (\S+)$")
 FATAL = "F"
+# The last line of a Python exception that a Python layer raised inside Caffe (Boost.Python prints
+# it, then Caffe aborts with SIGABRT and glog's stack dump): "ModuleNotFoundError: No module named 'x'".
+PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): .*$")
+# glog's stack dump after a signal: "*** SIGABRT (@0x..) received by PID ..." and "    @ 0x... fn".
+STACK_DUMP = re.compile(r"^\s*(?:\*\*\* |@ +0x)")
 
 
 @dataclass(frozen=True)
@@ -95,3 +101,11 @@ def losses(text: str | Iterable[str]) -> list[tuple[int, float]]:
             except ValueError:
                 continue
     return found
+
+
+def python_error(text: str | Iterable[str]) -> str | None:
+    """The first Python exception Caffe's output shows (``ModuleNotFoundError: No module named 'x'``)."""
+    for raw in text.splitlines() if isinstance(text, str) else text:
+        if PYTHON_ERROR.match(raw.rstrip()):
+            return raw.rstrip()
+    return None

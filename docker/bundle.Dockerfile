@@ -33,7 +33,7 @@ RUN update-ca-certificates \
 # installing it links pycaffe into /opt/venv. This stage is left behind, the archive with it.
 COPY build/docker-context/engine/ /tmp/engine/
 RUN PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_NO_CACHE_DIR=1 \
-    /opt/venv/bin/caffetool engine.install --prefix /opt/caffe --bundle /tmp/engine/engine.tar.zst
+    /opt/venv/bin/caffetool engine.install --prefix /opt/caffe --link-python --bundle /tmp/engine/engine.tar.zst
 
 FROM ${BASE_IMAGE} AS runtime
 ARG NVIDIA_VISIBLE_DEVICES=void

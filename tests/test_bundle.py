@@ -16,7 +16,7 @@ import zstandard
 from caffetool import glog
 from caffetool.engine import bundle, elf, locate, smoke
 from caffetool.engine.locate import MANIFEST, pycaffe_imports
-from caffetool.errors import BundleError, ChecksumMismatch, EngineCorrupt, SourceError
+from caffetool.errors import BundleError, ChecksumMismatch, EngineCorrupt, EngineError, SourceError
 
 from .httpserver import Route, Server
 
@@ -76,6 +76,16 @@ def test_every_elf_resolves_inside_the_install_or_to_glibc(installed):
             assert inside or dep.soname in bundle.GLIBC_SONAMES, f"{path.name} loads {dep.path} from the system"
 
 
+def test_a_library_in_a_folder_with_spaces_is_found_whole(tmp_path):
+    """ldd's paths run to the load address: a prefix (or runs folder) with a space is read whole."""
+    library = next(d for d in elf.dependencies(Path("/bin/ls")) if d.soname.startswith("libselinux"))
+    side = tmp_path / "my engine" / "lib"
+    side.mkdir(parents=True)
+    shutil.copy(library.path, side / library.soname)
+    found = {d.soname: d.path for d in elf.dependencies(Path("/bin/ls"), [side])}
+    assert found[library.soname] == side / library.soname
+
+
 def test_installed_bundle_trains_and_imports(installed):
     engine = locate(installed.engine.prefix)
     assert engine.version == "1.0.0"
@@ -119,10 +129,16 @@ def test_engine_tasks_bundle_install_and_info(engine, tmp_path, pycaffe_link):
     assert made.returncode == 0, made.stderr
     assert "vendored" in made.stdout and "glibc >=" in made.stdout
     prefix = tmp_path / "engine"
+    before = pycaffe_link.read_text() if pycaffe_link.exists() else None
     done = subprocess.run([invoke, "engine.install", "--bundle", str(out), "--prefix", str(prefix)], cwd=PROJECT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "installed from cli.tar.zst" in done.stdout
+    assert "pycaffe: not linked into this Python (a side prefix" in done.stdout  # import caffe stays as it was
+    assert (pycaffe_link.read_text() if pycaffe_link.exists() else None) == before
+    linked = subprocess.run([invoke, "engine.install", "--bundle", str(out), "--prefix", str(prefix), "--link-python"],
+                            cwd=PROJECT, capture_output=True, text=True)
+    assert linked.returncode == 0 and "already installed" in linked.stdout, linked.stderr
     assert pycaffe_link.read_text().strip() == str(prefix / "lib" / "python3" / "dist-packages")
     info = subprocess.run([invoke, "engine.info", "--prefix", str(prefix)], cwd=PROJECT, capture_output=True, text=True)
     assert "from bundle cli.tar.zst" in info.stdout
@@ -319,3 +335,29 @@ def test_cpu_bundle_runs_on_a_bare_debian_root(cpu_bundle, bare_root):
         done = chroot(str(PROJECT / ".venv" / "bin" / "python"), "-c", code)
         assert done.returncode == 0, done.stderr[-1500:]
     assert done.stdout.split() == ["/opt/caffe/lib/python3/dist-packages/caffe/__init__.py", "(2,", "3)", "24.0"]
+
+
+def test_force_never_deletes_what_caffetool_did_not_make(cpu_bundle, tmp_path):
+    """``--force`` replaces an engine caffetool installed; a folder of the user's files, or a Caffe
+    source tree (where CAFFE_ROOT points by Caffe's convention), is refused by name and left as it was."""
+    users = tmp_path / "mine"
+    users.mkdir()
+    (users / "notes.txt").write_text("keep me")
+    with pytest.raises(EngineError, match=r"mine holds files caffetool did not make \(notes.txt\), not an engine"):
+        bundle.install(str(cpu_bundle.path), users, force=True, link=False, say=lambda _: None)
+    checkout = tmp_path / "caffe"
+    (checkout / "include" / "caffe").mkdir(parents=True)
+    (checkout / "include" / "caffe" / "caffe.hpp").write_text("// BVLC")
+    (checkout / "src" / "caffe").mkdir(parents=True)
+    (checkout / "examples").mkdir()
+    with pytest.raises(EngineError, match=r"caffe is a Caffe source tree, not an engine caffetool installed; .*"
+                                          r"unset CAFFE_ROOT"):
+        bundle.install(str(cpu_bundle.path), checkout, force=True, link=False, say=lambda _: None)
+    with pytest.raises(EngineCorrupt) as found:
+        locate(checkout)
+    assert "--force" not in str(found.value) and "is a Caffe source tree" in str(found.value)
+    assert (users / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in checkout.iterdir()) == ["examples", "include", "src"]
+    done = bundle.install(str(cpu_bundle.path), tmp_path / "engine", link=False, say=lambda _: None)
+    again = bundle.install(str(cpu_bundle.path), tmp_path / "engine", force=True, link=False, say=lambda _: None)
+    assert not again.cached and again.engine.prefix == done.engine.prefix  # caffetool's own: replaced

@@ -95,6 +95,8 @@ def test_limits_describe_their_range():
     assert Limit("a penalty", 0).describe() == "of 0 or more"
     assert Limit("a decay", 0, 1, high_open=True).describe() == "from 0 to just below 1"
     assert Limit("a slope").describe() == "any finite number"
+    assert Limit("a number of CPUs", 0, 1024, low_open=True).describe() == "above 0 and at most 1024"  # not "from 0"
+    assert Limit("a share", 0, 1, low_open=True, high_open=True).describe() == "above 0 and below 1"
 
 
 def test_shell_words_refuse_unbalanced_quotes():

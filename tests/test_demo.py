@@ -203,7 +203,8 @@ def test_corrupt_weights_fail_start_up(trained_run, tmp_path):
         stop(child)
     assert child.returncode == 1
     err = child.stderr.read()
-    assert err.startswith(f"Error: Caffe refused the net with weights {bad}")
+    assert err == (f"Error: --weights {bad} is not a Caffe model (a binary NetParameter, as Caffe's snapshots "
+                   "write); give the .caffemodel a training run wrote\n")
 
 
 @pytest.mark.parametrize("port", ["99999", "0"])

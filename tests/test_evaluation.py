@@ -124,6 +124,10 @@ def test_top_k_is_bounded_by_the_classes_and_the_command_refuses_zero(engine, ru
     assert done.returncode == 1 and done.stderr.strip() == "Error: --top must be at least 1, got 0"
     done = subprocess.run([CAFFETOOL, "evaluate", str(run_copy), "--top", "50", "--backend", "opencv",
                            "--no-caffe-test"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr == ("Error: --top 50 is more than the 10 classes the net tells "
+                                                    "apart; give --top 10 or less\n")
+    done = subprocess.run([CAFFETOOL, "evaluate", str(run_copy), "--top", "10", "--backend", "opencv",
+                           "--no-caffe-test"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     folder = run_copy / "eval/lenet_iter_600-opencv"
     summary = json.loads((folder / "summary.json").read_text())

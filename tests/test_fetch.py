@@ -143,6 +143,17 @@ def test_killed_fetch_leaves_staging_that_the_next_fetch_removes(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["fashion-mnist"]
 
 
+def test_force_replaces_only_a_data_set_it_made(tmp_path):
+    """The data set's folder name taken by someone else's files: ``--force`` refuses it by name."""
+    theirs = tmp_path / FASHION_MNIST.name
+    theirs.mkdir()
+    (theirs / "train.csv").write_text("mine")
+    with pytest.raises(ConfigError, match=r"fashion-mnist holds files caffetool did not make \(train.csv\), not a "
+                                          r"data set"):
+        fetch.fetch(FASHION_MNIST, tmp_path, force=True, progress=False, say=lambda _: None)
+    assert [p.name for p in theirs.iterdir()] == ["train.csv"]
+
+
 def test_forced_refetch_keeps_the_old_data_set_until_the_new_one_is_complete(tmp_path):
     fetch.fetch(FASHION_MNIST, tmp_path, progress=False, say=lambda _: None)
     out = tmp_path / "fashion-mnist"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from caffetool import fsio
-from caffetool.errors import DataError
+from caffetool.errors import ConfigError, DataError
 
 from .conftest import PROJECT
 from .smalldisk import small_disk
@@ -214,3 +214,37 @@ def test_a_young_staging_folder_without_an_owner_is_left_alone(tmp_path):
     os.utime(old, (an_hour_ago, an_hour_ago))
     fsio.remove_stale(final)
     assert listing(tmp_path) == [young.name]
+
+
+def test_only_what_caffetool_made_is_replaceable(tmp_path):
+    """``--force`` replaces caffetool's own result, never someone else's files or the job's input."""
+    def ours(folder):
+        return (folder / "manifest.json").is_file()
+
+    fsio.check_replaceable(tmp_path / "absent", ours, "a data set")
+    (tmp_path / "empty").mkdir()
+    fsio.check_replaceable(tmp_path / "empty", ours, "a data set")
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "manifest.json").write_text("{}")
+    fsio.check_replaceable(made, ours, "a data set")
+    users = tmp_path / "users"
+    users.mkdir()
+    for name in ("thesis.tex", "b", "c", "d", "e", "f"):
+        (users / name).write_text("mine")
+    with pytest.raises(ConfigError) as refused:
+        fsio.check_replaceable(users, ours, "a data set", error=ConfigError)
+    assert str(refused.value) == (f"{users} holds files caffetool did not make (b, c, d, e, f, ...), not a data set; "
+                                  "caffetool replaces only a data set it made itself: choose an empty or new folder "
+                                  "(nothing was changed)")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"file is a file, not a data set; choose another place"):
+        fsio.check_replaceable(tmp_path / "file", ours, "a data set", error=ConfigError)
+    images = made / "images"
+    images.mkdir()
+    for target, word in ((made, "holds"), (images, "is")):
+        with pytest.raises(ConfigError) as refused:
+            fsio.check_replaceable(target, ours, "a data set", [images], ConfigError)
+        assert str(refused.value) == (f"{target} {word} the input {images}, which replacing it would delete; "
+                                      "write a data set somewhere else (nothing was changed)")
+    assert sorted(p.name for p in users.iterdir()) == ["b", "c", "d", "e", "f", "thesis.tex"]

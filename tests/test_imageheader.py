@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from caffetool.demo import imageheader
+from caffetool.data import imageheader
 
 
 def encoded(ext: str, array: np.ndarray, *params: int) -> bytes:

@@ -55,16 +55,17 @@ def build(root, out, options=imageset.Options(), **kw):
 
 
 MODES = {
-    "plain": (imageset.Options(), []),
+    "plain": (imageset.Options(mixed_sizes=True), []),
     "resized": (imageset.Options(resize_height=16, resize_width=12), ["--resize_height=16", "--resize_width=12"]),
-    "gray": (imageset.Options(gray=True), ["--gray"]),
+    "gray": (imageset.Options(gray=True, mixed_sizes=True), ["--gray"]),
     "gray-resized": (imageset.Options(gray=True, resize_height=9, resize_width=31),
                      ["--gray", "--resize_height=9", "--resize_width=31"]),
-    "encoded": (imageset.Options(encoded=True), ["--encoded"]),
-    "encoded-png": (imageset.Options(encoded=True, encode_type="png"), ["--encoded", "--encode_type=png"]),
+    "encoded": (imageset.Options(encoded=True, mixed_sizes=True), ["--encoded"]),
+    "encoded-png": (imageset.Options(encoded=True, encode_type="png", mixed_sizes=True),
+                    ["--encoded", "--encode_type=png"]),
     "encoded-jpg-resized": (imageset.Options(encode_type="JPG", resize_height=16, resize_width=12),
                             ["--encoded", "--encode_type=jpg", "--resize_height=16", "--resize_width=12"]),
-    "encoded-gray": (imageset.Options(encoded=True, gray=True), ["--encoded", "--gray"]),
+    "encoded-gray": (imageset.Options(encoded=True, gray=True, mixed_sizes=True), ["--encoded", "--gray"]),
 }
 
 
@@ -91,7 +92,7 @@ def test_leveldb_records_equal_convert_imageset(engine, tree, tmp_path):
 
 
 def test_folder_layout_labels_and_manifest_name_the_skipped_files(tree, tmp_path):
-    result, _ = build(tree, tmp_path / "ds")
+    result, _ = build(tree, tmp_path / "ds", imageset.Options(mixed_sizes=True))
     out = tmp_path / "ds"
     assert (out / "labels.txt").read_text() == "cat\ndog\nzebra\n"
     assert (out / "train.txt").read_text().splitlines()[:6] == [
@@ -99,7 +100,7 @@ def test_folder_layout_labels_and_manifest_name_the_skipped_files(tree, tmp_path
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["classes"] == list(CLASSES) and manifest["backend"] == "lmdb"
     assert manifest["splits"] == {"train": {"db": "train_lmdb", "list": "train.txt", "count": 12, "shape": None,
-                                            "histogram": [4, 4, 4]}}
+                                            "shapes": 12, "histogram": [4, 4, 4]}}
     assert manifest["skipped"] == [{"split": "train", "path": p, "reason": r} for p, r in BAD.items()]
     assert result.classes == list(CLASSES)
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]
@@ -206,6 +207,32 @@ def test_cli_errors_are_one_line(tree, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "empty", "list.txt"]
 
 
+def test_force_never_writes_over_the_images_or_someone_elses_folder(tree, tmp_path):
+    """``--force`` replaces a data set caffetool made; the images (ROOT itself, or a folder holding it),
+    a file, or a folder of other files are refused, and nothing in them is touched."""
+    import shutil
+
+    root = tmp_path / "photos"
+    shutil.copytree(tree, root)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for out, why in ((root, f"{root} is the input {root}"), (tmp_path, f"{tmp_path} holds the input {root}")):
+        assert error_of(str(root), "--out", str(out), "--force") == (
+            f"Error: {why}, which replacing it would delete; write a data set somewhere else (nothing was changed)")
+    (tmp_path / "report.pdf").write_text("mine")
+    assert error_of(str(root), "--out", str(tmp_path / "report.pdf"), "--force") == (
+        f"Error: {tmp_path}/report.pdf is a file, not a data set; choose another place (nothing was changed)")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert error_of(str(root), "--out", str(tmp_path / "mine"), "--force") == (
+        f"Error: {tmp_path}/mine holds files caffetool did not make (notes.txt), not a data set; caffetool replaces "
+        "only a data set it made itself: choose an empty or new folder (nothing was changed)")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == sorted(
+        [*before, "report.pdf", "mine", "mine/notes.txt"])
+    one_size = ("--resize-height", "20", "--resize-width", "30")
+    assert invoke("data.images", str(root), "--out", str(tmp_path / "ds"), *one_size).returncode == 0
+    assert invoke("data.images", str(root), "--out", str(tmp_path / "ds"), "--force", *one_size).returncode == 0
+
+
 def test_a_full_disk_leaves_nothing_half_written(tree, tmp_path):
     from .smalldisk import small_disk
 
@@ -216,3 +243,135 @@ def test_a_full_disk_leaves_nothing_half_written(tree, tmp_path):
         assert str(err.value).endswith("/built/train_lmdb: mdb_txn_commit: Input/output error "
                                        "(0.0 MB left on its file system)")
         assert list(disk.iterdir()) == []
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A valid 1x1 PNG whose header declares ``width`` x ``height`` (its IHDR rewritten, CRC and all)."""
+    import struct
+    import zlib
+
+    data = bytearray(cv2.imencode(".png", np.zeros((1, 1, 3), np.uint8))[1].tobytes())
+    ihdr = data[12:29]  # b"IHDR" and its 13 bytes
+    ihdr[4:12] = struct.pack(">II", width, height)
+    data[12:29] = ihdr
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(ihdr)))
+    return bytes(data)
+
+
+@pytest.fixture
+def two_classes(tmp_path):
+    """Two classes of three 8x8 images each."""
+    root = tmp_path / "two"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        for i in range(3):
+            cv2.imwrite(str(root / name / f"{i}.png"), np.full((8, 8, 3), 40 * i, np.uint8))
+    return root
+
+
+def test_an_image_that_would_decode_past_the_limit_is_skipped_unread(two_classes, tmp_path):
+    (two_classes / "a" / "huge.png").write_bytes(png_declaring(30000, 30000))
+    done = invoke("data.images", str(two_classes), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    assert (f"skipped {two_classes}/a/huge.png: image of 30000x30000 pixels is over the limit of 40,000,000 pixels"
+            in done.stdout)
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["count"] == 6 and manifest["skipped"][0]["path"] == "a/huge.png"
+    assert error_of(str(two_classes), "--out", str(tmp_path / "strict"), "--strict").startswith(
+        f"Error: {two_classes}/a/huge.png: image of 30000x30000 pixels is over the limit")
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--resize-height", "100000", "--resize-width", "100000"],
+     "--resize-height 100000 --resize-width 100000 makes records of 30,000,000,000 bytes, over the limit of "
+     "120,000,000 an image may decode to; choose a smaller size"),
+])
+def test_a_resize_past_the_record_limit_is_refused(two_classes, tmp_path, flags, message):
+    assert error_of(str(two_classes), "--out", str(tmp_path / "ds"), *flags) == f"Error: {message}"
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("lines,message", [
+    ("a/0.png 0\nb/0.png 99999999999999999999\n", "{list}:2: label 99999999999999999999 is out of range; labels "
+                                                  "number the classes from 0 (at most 99,999)"),
+    ("a/0.png -1\nb/0.png 1\n", "{list}:1: label -1 is out of range; labels number the classes from 0 "
+                                "(at most 99,999)"),
+    ("a/0.png 0\nb/0.png 0\n", "every label in {list} is 0; a classifier learns two classes or more"),
+])
+def test_labels_that_are_no_class_numbers_are_refused(two_classes, tmp_path, lines, message):
+    listing = tmp_path / "list.txt"
+    listing.write_text(lines)
+    assert error_of(str(two_classes), "--list", str(listing), "--out", str(tmp_path / "ds")) == \
+        "Error: " + message.format(list=listing)
+
+
+def test_one_class_folder_is_refused(two_classes, tmp_path):
+    import shutil
+
+    shutil.rmtree(two_classes / "b")
+    assert error_of(str(two_classes), "--out", str(tmp_path / "ds")) == (
+        f"Error: {two_classes} holds one class folder; a classifier learns two classes or more")
+
+
+def test_mixed_sizes_are_refused_with_the_flags_that_fix_them(tree, tmp_path):
+    done = invoke("data.images", str(tree), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+        f"Error: {tree} holds images of 12 sizes (30x20: 1, 28x23: 1, 26x26: 1, 24x29: 1, ...); Caffe's Data layer "
+        "batches images of one size: pass --resize-height 20 --resize-width 30 (or --mixed-sizes for a net whose "
+        "data layer crops them to one size)")
+    assert not (tmp_path / "ds").exists()
+    assert invoke("data.images", str(tree), "--out", str(tmp_path / "ds"), "--mixed-sizes").returncode == 0
+
+
+def test_an_absolute_list_path_stays_under_root_as_in_convert_imageset(engine, two_classes, tmp_path):
+    outside = tmp_path / "outside.png"
+    cv2.imwrite(str(outside), np.full((8, 8, 3), 99, np.uint8))
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"a/0.png 0\n{outside} 1\nb/1.png 1\n")
+    result, said = build(two_classes, tmp_path / "ds", list_file=listing)
+    assert said == [f"skipped {two_classes}{outside}: not found"]  # ROOT + "/" + the path, as Caffe joins them
+    assert result.splits["train"].count == 2
+    theirs = lmdb_records(convert_imageset(engine, two_classes, listing, tmp_path / "ref"))
+    assert lmdb_records(tmp_path / "ds" / "train_lmdb") == theirs
+
+
+def test_a_truncated_jpeg_is_stored_as_caffe_stores_it_and_named(engine, two_classes, tmp_path):
+    noise = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    whole = cv2.imencode(".jpg", noise)[1].tobytes()
+    (two_classes / "b" / "cut.jpg").write_bytes(whole[: len(whole) * 4 // 5])
+    result, said = build(two_classes, tmp_path / "ds", imageset.Options(mixed_sizes=True))
+    assert said == [f"stored {two_classes}/b/cut.jpg: a truncated JPEG (no end marker): OpenCV decodes its missing "
+                    "end as gray"]
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert manifest["damaged"] == [{"split": "train", "path": "b/cut.jpg", "reason": said[0].split(": ", 1)[1]}]
+    theirs = lmdb_records(convert_imageset(engine, two_classes, tmp_path / "ds" / "train.txt", tmp_path / "ref"))
+    assert lmdb_records(tmp_path / "ds" / "train_lmdb") == theirs and result.splits["train"].count == 7
+    with pytest.raises(DataError, match=r"cut.jpg: a truncated JPEG .* leave out --strict to store it\)$"):
+        build(two_classes, tmp_path / "strict", imageset.Options(mixed_sizes=True), strict=True)
+
+
+def test_what_is_no_image_file_is_named_not_passed_over_in_silence(two_classes, tmp_path):
+    import os
+
+    (two_classes / "a" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    os.mkfifo(two_classes / "b" / "pipe.png")
+    (two_classes / "b" / "album.png").mkdir()
+    result, said = build(two_classes, tmp_path / "ds")
+    assert said == [f"passed over {two_classes}/a/gone.png: a link to {tmp_path}/nowhere.png, which does not exist",
+                    f"passed over {two_classes}/b/album.png: a folder named like an image (its files are read)",
+                    f"passed over {two_classes}/b/pipe.png: a FIFO, not an image file"]
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert [s["path"] for s in manifest["skipped"]] == ["a/gone.png", "b/album.png", "b/pipe.png"]
+    assert result.splits["train"].count == 6
+
+
+def test_a_list_of_which_most_files_are_missing_is_refused(two_classes, tmp_path):
+    listing = tmp_path / "list.txt"
+    listing.write_text("a/0.png 0\nb/0.png 1\n" + "".join(f"elsewhere/{i}.png {i % 2}\n" for i in range(1000)))
+    done = invoke("data.images", str(two_classes), "--list", str(listing), "--out", str(tmp_path / "ds"))
+    assert done.returncode == 1 and not (tmp_path / "ds").exists()
+    assert done.stderr.strip() == (f"Error: 1,000 of the 1,002 files listed for train_lmdb could not be read (the "
+                                   f"first: {two_classes}/elsewhere/0.png: not found); check that the paths are "
+                                   f"relative to {two_classes}")
+    shown = [line for line in done.stdout.splitlines() if line.startswith("skipped ")]
+    assert len(shown) == 10 and "... and 990 more skipped (every one is listed in the manifest)" in done.stdout

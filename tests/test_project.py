@@ -151,8 +151,8 @@ def test_train_solver_runs_bvlc_lenet_from_the_caffe_root(engine, caffe, fashion
     monkeypatch.chdir(root)
     before = tree_hash(root)
     said: list[str] = []
-    request = session.TrainRequest(solver=LENET_SOLVER, runs_dir=tmp_path / "runs", name="mine", gpu="cpu",
-                                   options=SolverOptions(max_iter=60, test_iter=5))
+    request = session.TrainRequest(solver=LENET_SOLVER, runs_dir=tmp_path / "my runs", name="mine", gpu="cpu",
+                                   options=SolverOptions(max_iter=60, test_iter=5))  # a space in its snapshots' paths
     result = session.train(engine, request, say=said.append, progress=False)
     assert result.outcome.status == "finished"
     assert said == ["lenet_solver.prototxt asks for solver_mode: GPU; training on the CPU",

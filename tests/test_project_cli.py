@@ -378,3 +378,131 @@ def test_resume_continues_an_interrupted_solver_run(caffe_root: Path, tmp_path: 
     assert m["final"]["test0"]["NumIters"] == cut + 30
     assert (run_dir / f"snapshots/lenet_iter_{cut + 30}.caffemodel").is_file()
     assert folder_state(caffe_root) == before
+
+
+PYTHON_NET = """name: "py"
+layer {{ name: "data" type: "Python" top: "data" top: "label"
+        python_param {{ module: "{module}" layer: "Noise" }} }}
+layer {{ name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param {{ num_output: 2 }} }}
+layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }}
+"""
+RAISES_IN_SETUP = """import caffe
+
+
+class Noise(caffe.Layer):
+    def setup(self, bottom, top):
+        raise ValueError("param_str must name a folder")
+"""
+LENET_BY_PATH = 'net: "{root}/examples/mnist/lenet_train_test.prototxt"\n'
+SOLVER_TAIL = 'test_iter: 5\ntest_interval: 50\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: {max_iter}\n'
+
+# (solver text, extra flags, the error after "Error: "); {root} the Caffe root, {solver} the solver,
+# {tmp} the test's folder.
+BAD_SOLVERS = [
+    (LENET_BY_PATH + 'train_net: "{root}/examples/mnist/lenet_train_test.prototxt"\n' + SOLVER_TAIL, [],
+     "the solver sets net and train_net; Caffe trains exactly one net and refuses a solver with more than one of "
+     "net, net_param, train_net, train_net_param: keep one"),
+    (LENET_BY_PATH + SOLVER_TAIL.replace("{max_iter}", "0"), [],
+     "{solver}: max_iter 0 trains nothing; set max_iter (or --max-iter) to the iterations to train, 1 or more"),
+    (LENET_BY_PATH + SOLVER_TAIL.replace("test_iter: 5", "test_iter: 1000000000"), [],
+     "{solver}: test_iter 1000000000 (test net #0): 1,000,000,000 test batches of 100 read the 10,000 test "
+     "records 10,000,000 times at every test, and the run would sit at its test; the whole test set is test_iter 100"),
+    (LENET_BY_PATH + SOLVER_TAIL, ["--deploy", "{solver}"],
+     "--deploy {solver} is a solver prototxt, not a net; give a net here"),
+    (LENET_BY_PATH + SOLVER_TAIL, ["--model", "lenet"],
+     "--solver trains the net and data its file names, so --model would be ignored: drop --model (or --solver)"),
+    (LENET_BY_PATH + SOLVER_TAIL, ["--dataset", "fashion-mnist", "--model", "lenet"],
+     "--solver trains the net and data its file names, so --model and --dataset would be ignored: drop --model "
+     "and --dataset (or --solver)"),
+    ('net: "{tmp}/py.prototxt"\n' + SOLVER_TAIL.replace("test_iter: 5\ntest_interval: 50\n", ""), [],
+     "the Python layer 'data' in {tmp}/py.prototxt needs module 'no_such_layers', which cannot be imported "
+     "(ModuleNotFoundError: No module named 'no_such_layers'); put the module's folder on PYTHONPATH, or correct "
+     "the layer's python_param.module"),
+]
+
+
+@pytest.mark.parametrize("text,flags,message", BAD_SOLVERS, ids=["two nets", "max_iter 0", "test_iter 1e9",
+                                                                 "deploy is a solver", "model", "model and dataset",
+                                                                 "python module"])
+def test_a_solver_caffe_would_refuse_or_run_uselessly_is_named_first(text, flags, message, caffe_root: Path,
+                                                                     tmp_path: Path) -> None:
+    before = folder_state(caffe_root)
+    solver = tmp_path / "solver.prototxt"
+    fill = {"root": caffe_root, "solver": solver, "tmp": tmp_path}
+    solver.write_text(text.format(max_iter=20, **fill))
+    (tmp_path / "py.prototxt").write_text(PYTHON_NET.format(module="no_such_layers"))
+    runs = tmp_path / "runs"
+    done = caffetool("train", "--solver", str(solver), "--runs-dir", str(runs),
+                     *[f.format(**fill) for f in flags], cwd=caffe_root)
+    assert (done.returncode, done.stderr) == (1, f"Error: {message.format(**fill)}\n"), done
+    assert not runs.exists() and folder_state(caffe_root) == before
+
+
+def test_labels_and_deploy_go_with_a_solver(caffe_root: Path, tmp_path: Path) -> None:
+    done = caffetool("train", "--labels", str(tmp_path), "--runs-dir", str(tmp_path / "runs"), cwd=caffe_root)
+    assert (done.returncode, done.stderr) == (1, "Error: --labels go with --solver; a run of --model writes its own "
+                                                 "deploy net and takes its data set's labels\n")
+
+
+def test_a_net_given_as_the_solver_is_named(caffe_root: Path, tmp_path: Path) -> None:
+    done = caffetool("train", "--solver", LENET_NET, "--runs-dir", str(tmp_path / "runs"), cwd=caffe_root)
+    assert (done.returncode, done.stderr) == (1, f"Error: --solver {(caffe_root / LENET_NET).resolve()} is a net "
+                                                 "prototxt, not a solver; give a solver here\n")
+
+
+def test_a_python_layer_that_raises_keeps_the_failed_run_and_names_the_exception(caffe_root: Path,
+                                                                                 tmp_path: Path) -> None:
+    (tmp_path / "layers").mkdir()
+    (tmp_path / "layers" / "raising_layers.py").write_text(RAISES_IN_SETUP)
+    (tmp_path / "py.prototxt").write_text(PYTHON_NET.format(module="raising_layers"))
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text(f'net: "{tmp_path}/py.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 10\n')
+    runs = tmp_path / "runs"
+    argv = [str(CAFFETOOL), "train", "--solver", str(solver), "--runs-dir", str(runs), "--name", "py"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "layers")}
+    done = subprocess.run(argv, cwd=caffe_root, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done
+    assert done.stderr.startswith("Error: a Python layer raised ValueError: param_str must name a folder (Caffe "
+                                  "aborted: killed by SIGABRT); put the layer's module on PYTHONPATH, or correct "
+                                  "its python_param"), done.stderr
+    assert "@ 0x" not in done.stderr and f"the run's record and caffe.log are in {runs / 'py'}" in done.stderr
+    record = manifest(runs / "py")
+    assert record["status"] == "failed" and "ValueError: param_str must name a folder" in record["message"]
+    assert "boost::python::error_already_set" in (runs / "py" / "caffe.log").read_text()  # Caffe's, as it wrote it
+
+
+NOISE_LAYER = """import caffe
+import numpy as np
+
+
+class Noise(caffe.Layer):
+    def setup(self, bottom, top):
+        self.rng = np.random.default_rng(0)
+
+    def reshape(self, bottom, top):
+        top[0].reshape(4, 3)
+        top[1].reshape(4)
+
+    def forward(self, bottom, top):
+        top[0].data[...] = self.rng.normal(size=(4, 3))
+        top[1].data[...] = self.rng.integers(0, 2, size=4)
+
+    def backward(self, top, propagate_down, bottom):
+        pass
+"""
+
+
+def test_a_python_layer_imports_caffe_and_numpy_inside_caffe_train(caffe_root: Path, tmp_path: Path) -> None:
+    """libcaffe embeds the system's Python: the run gives it pycaffe and this environment's packages."""
+    (tmp_path / "layers").mkdir()
+    (tmp_path / "layers" / "noise_layers.py").write_text(NOISE_LAYER)
+    (tmp_path / "py.prototxt").write_text(PYTHON_NET.format(module="noise_layers"))
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text(f'net: "{tmp_path}/py.prototxt"\nbase_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 10\n'
+                      'display: 5\n')
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "layers")}
+    done = subprocess.run([str(CAFFETOOL), "train", "--solver", str(solver), "--runs-dir", str(runs), "--name", "py"],
+                          cwd=caffe_root, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert manifest(runs / "py")["status"] == "finished" and manifest(runs / "py")["iterations"] == 10

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -38,8 +40,30 @@ def test_a_record_writes_the_whole_manifest_at_every_change(engine, tmp_path):
                          {"OMP_NUM_THREADS": "2"}, runrecord.now())
     assert (data["name"], data["status"], data["model"]) == ("r", "setting-up", "lenet")
     assert data["engine"]["prefix"] == str(engine.prefix) and data["threads"] == {"OMP_NUM_THREADS": "2"}
+    runrecord.write(run, data)
     record = runrecord.Record(run, data)
     record.update(status="running")
     assert runrecord.read(run) == data and data["status"] == "running"
     record.update(status="finished", iterations=10)
     assert runrecord.read(run)["status"] == "finished" and record.get("iterations") == 10
+
+
+def test_every_writer_changes_the_manifest_on_disk_not_its_own_old_copy(tmp_path):
+    run = rundir.claim(tmp_path, "r")
+    runrecord.write(run, {"name": "r", "status": "running"})
+    trainer = runrecord.Record(run, runrecord.read(run))
+    runrecord.update(run, lambda m: m.setdefault("tests", []).append({"batches": 2}))  # train.test meanwhile
+    trainer.update(status="finished", iterations=10)
+    assert runrecord.read(run) == {"name": "r", "status": "finished", "iterations": 10, "tests": [{"batches": 2}]}
+    assert trainer.data == runrecord.read(run)
+
+
+def test_writers_in_many_processes_lose_nothing(tmp_path):
+    run = rundir.claim(tmp_path, "r")
+    runrecord.write(run, {"name": "r", "tests": []})
+    script = ("import sys; from pathlib import Path; from caffetool.runs import runrecord\n"
+              "for i in range(20):\n"
+              "    runrecord.update(Path(sys.argv[1]), lambda m: m['tests'].append(sys.argv[2] + str(i)))\n")
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(run), w]) for w in "abcd"]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0, 0, 0]
+    assert sorted(runrecord.read(run)["tests"]) == sorted(f"{w}{i}" for w in "abcd" for i in range(20))

@@ -140,6 +140,7 @@ def test_local_asha_sweep_stops_a_hopeless_trial_with_a_snapshot(tmp_path: Path,
     best = max((r for r in rows if r["test/accuracy"]), key=lambda r: float(r["test/accuracy"]))
     assert f"best: {best['trial']} (test/accuracy {float(best['test/accuracy']):.4f}" in out
     assert leftovers(tmp_path, proc.pid) == []
+    assert not [p.name for p in fashion_data.path.parent.iterdir() if p.name.startswith(".")]  # no lock file left
     for row in rows:
         run_dir = sweep_dir / row["trial"]
         m = manifest(run_dir)
@@ -187,21 +188,66 @@ def test_a_crashing_trial_does_not_stop_the_others(tmp_path: Path, fashion_data)
     assert f"{rows['32']['trial']} failed: " in done.stdout
 
 
-def test_data_missing_on_a_node_fails_its_trials_naming_the_node(tmp_path: Path) -> None:
+def test_every_trial_failed_is_a_failed_sweep(tmp_path: Path, fashion_data) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    (project / "net.prototxt").write_text(FIXED_BATCH_NET.format(train=tmp_path / "nowhere" / "train_lmdb",
-                                                                 test=tmp_path / "nowhere" / "test_lmdb"))
+    (project / "net.prototxt").write_text(FIXED_BATCH_NET.format(train=fashion_data.path / "train_lmdb",
+                                                                 test=fashion_data.path / "test_lmdb"))
     (project / "solver.prototxt").write_text(SOLVER)
-    done = cli("sweep", "--name", "nodata", "--solver", "solver.prototxt", "--param", "base_lr=0.01,0.02",
+    done = cli("sweep", "--name", "allfail", "--solver", "solver.prototxt", "--param", "batch_size=32,16",
                "--runs-dir", str(tmp_path / "runs"), cwd=project)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = results(tmp_path / "runs" / "nodata")
-    assert [r["status"] for r in rows] == ["failed", "failed"]
-    for row in rows:
-        assert row["message"].startswith("on node ")
-        assert row["message"].endswith(f"data's source not found: {tmp_path / 'nowhere' / 'train_lmdb'}")
-    assert "best: none (no trial measured the metric)" in done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert [r["status"] for r in results(tmp_path / "runs" / "allfail")] == ["failed", "failed"]
+    assert done.stderr.startswith("Error: every trial of sweep allfail failed (2 of 2); the first: on node ")
+    assert "Traceback" not in done.stderr
+
+
+PYTHON_NET = """name: "py"
+layer {{ name: "data" type: "Python" top: "data" top: "label" python_param {{ module: "no_such_layers" layer: "X" }} }}
+layer {{ name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param {{ num_output: 2 }} }}
+layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }}
+"""
+
+
+# (solver text, net text, flags, the error after "Error: "); {tmp} the project folder.
+BEFORE_RAY = [
+    (SOLVER + "learning_rate: 0.1\n", FIXED_BATCH_NET, [],
+     "{tmp}/solver.prototxt:10:1: Message type \"caffe.SolverParameter\" has no field named \"learning_rate\"."),
+    (SOLVER, FIXED_BATCH_NET.replace("{train}", "{tmp}/nowhere/train_lmdb"), [],
+     "data's source not found: {tmp}/nowhere/train_lmdb"),
+    (SOLVER, PYTHON_NET, [],
+     "the Python layer 'data' in net.prototxt needs module 'no_such_layers', which cannot be imported "
+     "(ModuleNotFoundError: No module named 'no_such_layers'); put the module's folder on PYTHONPATH, or correct "
+     "the layer's python_param.module"),
+    (SOLVER, FIXED_BATCH_NET, ["--cpus-per-trial", "1000"],
+     "--cpus-per-trial 1000 is more than this machine's {cpus} CPUs; a trial runs on one machine: give {cpus} or "
+     "fewer (or --address a cluster with larger nodes)"),
+    (SOLVER, FIXED_BATCH_NET, ["--address", "127.0.0.1:{port}"],
+     "cannot reach the Ray cluster at --address 127.0.0.1:{port} (Connection refused); start one with `ray start "
+     "--head` (and `ray start --address HEAD:6379` on the other machines)"),
+    (SOLVER, FIXED_BATCH_NET, ["--cpus-per-trial", "0"], "--cpus-per-trial must be a number of CPUs above 0 and at "
+                                                         "most 1024, got 0.0"),
+]
+
+
+@pytest.mark.parametrize("solver,net,flags,message", BEFORE_RAY, ids=["unknown field", "missing database",
+                                                                      "missing module", "cpus", "address", "no cpus"])
+def test_what_every_trial_would_fail_on_is_refused_before_ray_starts(solver, net, flags, message, tmp_path: Path,
+                                                                     fashion_data) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fill = {"tmp": tmp_path, "port": port, "cpus": os.cpu_count(), "train": fashion_data.path / "train_lmdb",
+            "test": fashion_data.path / "test_lmdb"}
+    (tmp_path / "net.prototxt").write_text(net.format(**fill))
+    (tmp_path / "solver.prototxt").write_text(solver)
+    started = time.monotonic()
+    done = cli("sweep", "--solver", "solver.prototxt", "--param", "base_lr=0.01,0.02", "--runs-dir",
+               str(tmp_path / "runs"), *[f.format(**fill) for f in flags], cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (1, f"Error: {message.format(**fill)}\n"), done.stdout
+    assert not (tmp_path / "runs").exists() and time.monotonic() - started < 30
 
 
 def test_gpus_are_refused_from_a_cpu_only_engine(tmp_path: Path, engine) -> None:
@@ -270,3 +316,50 @@ def test_two_node_cluster_places_trials_on_both_nodes(tmp_path: Path, engine, fa
     assert len(nodes) == 2
     assert leftovers(tmp_path) == []
     assert [c for c in psutil.Process().children(recursive=True) if "raylet" in " ".join(c.cmdline())] == []
+
+
+def _started(proc: subprocess.Popen, logs: list[Path], iteration: int) -> list[psutil.Process]:
+    """Wait until every trial's Caffe has passed ``iteration``; the sweep's processes then."""
+    deadline = time.monotonic() + 150
+    while not all(log.is_file() and f"Iteration {iteration}," in log.read_text() for log in logs):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.3)
+    return psutil.Process(proc.pid).children(recursive=True)
+
+
+def test_a_sweep_killed_any_way_leaves_nothing_running_and_resumes(tmp_path: Path, fashion_data) -> None:
+    """SIGTERM to the sweep's whole process group (as ``kill -TERM -PGID`` sends it: Ray's daemons
+    get it too) and SIGKILL of the sweep: every process it started ends within seconds, and
+    ``sweep.resume`` then restarts the trials that had no snapshot and finishes them."""
+    runs = tmp_path / "runs"
+    args = ["sweep", "--name", "kk", "--param", "base_lr=0.001,0.05", "--max-iter", "400", "--test-iter", "5",
+            "--data-dir", str(fashion_data.path.parent), "--runs-dir", str(runs)]
+    logs = [runs / "kk" / f"trial-0000{i}" / "caffe.log" for i in range(2)]
+    proc = subprocess.Popen([str(CAFFETOOL), *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    started = _started(proc, logs, 100)
+    assert {"raylet", "gcs_server", "caffe"} <= {p.name() for p in started}
+    os.killpg(proc.pid, signal.SIGTERM)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10, out + err
+    assert proc.returncode == 130, out + err
+    _, alive = psutil.wait_procs(started, timeout=10)
+    assert alive == [], alive
+    assert json.loads((runs / "kk" / "sweep.json").read_text())["status"] == "interrupted"
+
+    resumed = subprocess.Popen([str(CAFFETOOL), "sweep.resume", "kk", "--runs-dir", str(runs)], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for log in logs:  # the runs restart: a new caffe.log grows from iteration 0
+        log.unlink()
+    started = _started(resumed, logs, 100)
+    resumed.kill()
+    resumed.communicate(timeout=30)
+    _, alive = psutil.wait_procs(started, timeout=10)
+    assert alive == [], [p.name() for p in alive]
+
+    done = cli("sweep.resume", "kk", "--runs-dir", str(runs), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for log in logs:
+        assert (manifest(log.parent)["status"], manifest(log.parent)["iterations"]) == ("finished", 400)
+    assert {r["status"] for r in results(runs / "kk")} == {"finished"}

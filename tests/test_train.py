@@ -191,6 +191,28 @@ def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path, ca
     assert m["status"] == "finished" and m["resumes"][0]["from"] == f"snapshots/lenet_iter_{stopped_at}.solverstate"
 
 
+def test_a_test_while_the_run_trains_keeps_both_records(data_dir, tmp_path):
+    """``train.test`` on a live run adds its record to the manifest on disk; the trainer's later
+    writes keep it, and the test's write keeps the trainer's figures (no stale copy written back)."""
+    child = subprocess.Popen([sys.executable, "-m", "invoke", "train", "--data-dir", str(data_dir),
+                              "--runs-dir", str(tmp_path), *flags(max_iter=100000, snapshot=50, name="live")],
+                             cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "live"
+    try:
+        _wait_for(run / "caffe.log", "Iteration 80,")
+        done = invoke("train.test", "live", "--runs-dir", str(tmp_path), "--iterations", "2")
+        assert done.returncode == 0, done.stderr[-1500:]
+        assert child.poll() is None, "the run ended before its test did"
+        assert [t["batches"] for t in json.loads((run / "manifest.json").read_text())["tests"]] == [2]
+        child.send_signal(signal.SIGINT)
+        child.communicate(timeout=120)
+    finally:
+        stop(child, grace=0)
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["iterations"] >= 50
+    assert [t["batches"] for t in m["tests"]] == [2]
+
+
 @pytest.mark.engine
 def test_missing_lmdb_is_reported_and_nothing_deleted(data_dir, tmp_path):
     done = train(data_dir, tmp_path, max_iter=20, name="gone")
@@ -313,7 +335,7 @@ def test_solver_options_reach_the_run(data_dir, tmp_path):
     assert os.path.exists(tmp_path / "adam" / "snapshots" / "lenet_iter_20.solverstate")
 
 
-def test_caffe_refusing_the_setup_leaves_no_run(data_dir, tmp_path, caffe):
+def test_weights_of_another_net_are_refused_and_leave_no_run(data_dir, tmp_path, caffe):
     weights = caffe.proto.caffe_pb2.NetParameter()
     weights.layer.add(name="conv1").blobs.add().shape.dim.append(3)  # conv1 has 20x1x5x5 weights
     bad = tmp_path / "wrong-shape.caffemodel"
@@ -321,9 +343,9 @@ def test_caffe_refusing_the_setup_leaves_no_run(data_dir, tmp_path, caffe):
     runs = tmp_path / "runs"
     done = train(data_dir, runs, weights=str(bad), name="refused", max_iter=10)
     assert done.returncode == 1
-    assert done.stderr.startswith("Error: Caffe refused the generated net: Check failed: ")
-    assert done.stderr.rstrip().endswith("Incompatible number of blobs for layer conv1")
-    assert list(runs.iterdir()) == []
+    assert done.stderr == (f"Error: --weights {bad}: layer 'conv1' holds 1 blob(s), the net's layer of that name "
+                           "has 2; these weights are for another net\n")
+    assert not runs.exists() or list(runs.iterdir()) == []
 
 
 @pytest.mark.engine

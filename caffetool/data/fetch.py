@@ -138,6 +138,7 @@ def fetch(spec: DatasetSpec, data_dir: str | Path | None = None, source: str | N
             fsio.remove_stale(out)
     if out.exists() and not force:
         return FetchResult(_existing(spec, data_dir, backend), True, time.monotonic() - started)
+    fsio.check_replaceable(out, layout.made_by_caffetool, "a data set", error=ConfigError)
 
     files = obtain(spec, source, timeout, progress, say, mirrors)
     t_obtained = time.monotonic()

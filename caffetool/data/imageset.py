@@ -39,6 +39,7 @@ import datetime as dt
 import json
 import os
 import random
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,11 +48,17 @@ import caffetool
 from caffetool.choices import choose
 from caffetool.data import datum, db, layout
 from caffetool.errors import ConfigError, DataError
-from caffetool.fsio import staged_dir, write_atomic
+from caffetool.fsio import check_replaceable, staged_dir, write_atomic
 
 ENCODE_TYPES = ("png", "jpg", "jpeg", "bmp")
 CHUNK = 1000  # convert_imageset commits every 1000 records too
 LIST_NAMES = {"train": "train.txt", "test": "test.txt"}
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+# A record is one decoded image: bounded as the demo bounds an upload (imageheader.MAX_DECODED_BYTES),
+# far below protobuf's 2 GiB limit on a message Caffe parses.
+MAX_RECORD_BYTES = 120_000_000
+MAX_CLASSES = 100_000  # labels number classes from 0; labels.txt lists every number up to the largest
+SHOWN_SKIPS = 10  # skipped files named one by one; the rest are counted (all are in the manifest)
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,17 @@ class Options:
     encoded: bool = False
     encode_type: str = ""
     backend: str = "lmdb"
+    mixed_sizes: bool = False  # keep images of different sizes (for a net whose data layer crops them)
 
     def __post_init__(self) -> None:
         if bool(self.resize_height) != bool(self.resize_width):
             raise ConfigError("--resize-height and --resize-width go together; give both or neither")
         if self.resize_height < 0 or self.resize_width < 0:
             raise ConfigError("--resize-height and --resize-width must be positive")
+        if (size := self.resize_height * self.resize_width * (1 if self.gray else 3)) > MAX_RECORD_BYTES:
+            raise ConfigError(f"--resize-height {self.resize_height} --resize-width {self.resize_width} makes "
+                              f"records of {size:,} bytes, over the limit of {MAX_RECORD_BYTES:,} an image may "
+                              "decode to; choose a smaller size")
         if self.encode_type:
             object.__setattr__(self, "encode_type", choose(self.encode_type, ENCODE_TYPES, "--encode-type"))
         object.__setattr__(self, "backend", db.check_backend(self.backend))
@@ -93,8 +105,9 @@ class Split:
 
     count: int = 0
     histogram: list[int] = field(default_factory=list)
-    shapes: set[tuple[int, int, int]] = field(default_factory=set)
+    shapes: dict[tuple[int, int, int], int] = field(default_factory=dict)  # shape -> images of that shape
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    damaged: list[tuple[str, str]] = field(default_factory=list)  # stored, but not whole (a truncated JPEG)
 
 
 @dataclass
@@ -121,22 +134,46 @@ def read_list(path: Path) -> list[Entry]:
             raise DataError(f"{path}:{number}: expected `PATH LABEL`, got {line!r}") from None
         if not name:
             raise DataError(f"{path}:{number}: expected `PATH LABEL`, got {line!r}")
+        if not 0 <= entries[-1].label < MAX_CLASSES:
+            raise DataError(f"{path}:{number}: label {label} is out of range; labels number the classes from 0 "
+                            f"(at most {MAX_CLASSES - 1:,})")
     if not entries:
         raise DataError(f"the list {path} names no images")
     return entries
 
 
-def scan_folder(root: Path) -> tuple[list[Entry], list[str]]:
-    """Every file under ROOT's class folders (sorted), labelled by its folder's place in sorted order."""
+def scan_folder(root: Path) -> tuple[list[Entry], list[str], list[tuple[str, str]]]:
+    """Every file under ROOT's class folders (sorted), labelled by its folder's place in sorted order;
+    and what was passed over with why (a link to nothing, a FIFO, a folder named like an image)."""
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not classes:
         raise DataError(f"{root} holds no class folders; put each class's images in a sub-folder named after it")
-    entries = [Entry(file.relative_to(root).as_posix(), label)
-               for label, name in enumerate(classes)
-               for file in sorted((root / name).rglob("*")) if file.is_file()]
+    entries, passed = [], []
+    for label, name in enumerate(classes):
+        for file in sorted((root / name).rglob("*")):
+            relative = file.relative_to(root).as_posix()
+            if file.is_file():
+                entries.append(Entry(relative, label))
+            elif file.is_dir():
+                if file.suffix.lower() in IMAGE_SUFFIXES:
+                    passed.append((relative, "a folder named like an image (its files are read)"))
+            else:
+                passed.append((relative, _not_a_file(file)))
     if not entries:
         raise DataError(f"{root}'s class folders ({', '.join(classes)}) hold no files")
-    return entries, classes
+    return entries, classes, passed
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path``, which is no regular file, is not read."""
+    if path.is_symlink() and not path.exists():
+        return f"a link to {os.readlink(path)}, which does not exist"
+    if not path.exists() and not path.is_symlink():
+        return "not found"
+    kind = stat.S_IFMT(path.stat().st_mode)
+    names = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device",
+             stat.S_IFDIR: "a folder"}
+    return f"{names.get(kind, 'not a regular file')}, not an image file"
 
 
 def order(entries: Sequence[Entry], shuffle: bool, seed: int, val_fraction: float) -> dict[str, list[Entry]]:
@@ -155,28 +192,59 @@ def order(entries: Sequence[Entry], shuffle: bool, seed: int, val_fraction: floa
             "test": [e for i, e in enumerate(lines) if i in test]}
 
 
-def record(root: Path, entry: Entry, options: Options) -> tuple[bytes, tuple[int, int, int]]:
-    """(serialised Datum, image shape) as Caffe's ``ReadImageToDatum`` makes it; DataError if unreadable."""
+@dataclass(frozen=True)
+class Record:
+    """One image as a database record: the serialised Datum, the image's shape, and what is wrong
+    with a file that was stored anyway (a truncated JPEG, which OpenCV decodes with its end gray)."""
+
+    value: bytes
+    shape: tuple[int, int, int]
+    damage: str | None = None
+
+
+def source_file(root: Path, entry: Entry) -> Path:
+    """The file of ``entry`` as ``convert_imageset`` names it: ROOT and the list's path joined as text,
+    so an absolute path in the list stays under ROOT (``ROOT//abs/path``), as Caffe's does."""
+    return Path(f"{root}/{entry.path}")
+
+
+def record(root: Path, entry: Entry, options: Options) -> Record:
+    """The record Caffe's ``ReadImageToDatum`` makes of ``entry``; DataError if it cannot be read, or
+    if its header says it would decode past :data:`MAX_RECORD_BYTES` bytes."""
     import cv2  # noqa: PLC0415 - OpenCV only where images are read
     import numpy as np  # noqa: PLC0415
 
-    file = root / entry.path
+    from caffetool.data import imageheader  # noqa: PLC0415 - Pillow only where images are read
+
+    file = source_file(root, entry)
     if not file.is_file():
-        raise DataError("not found")
+        raise DataError(_not_a_file(file))
     if not os.access(file, os.R_OK):
         raise DataError("cannot be read (permission denied)")
-    image = cv2.imread(str(file), cv2.IMREAD_GRAYSCALE if options.gray else cv2.IMREAD_COLOR)
+    data = file.read_bytes()
+    try:
+        header = imageheader.read(data)
+    except imageheader.DecompressionBombError as e:
+        raise DataError(f"too large to decode ({e})") from None
+    if header is not None and (why := imageheader.over_limits(header, max_decoded_bytes=MAX_RECORD_BYTES)):
+        raise DataError(why)
+    damage = "a truncated JPEG (no end marker): OpenCV decodes its missing end as gray" \
+        if header is not None and header.format == "JPEG" and b"\xff\xd9" not in data[-1024:] else None
+    try:
+        image = cv2.imread(str(file), cv2.IMREAD_GRAYSCALE if options.gray else cv2.IMREAD_COLOR)
+        if image is not None and options.resize_height:
+            image = cv2.resize(image, (options.resize_width, options.resize_height))
+    except cv2.error as e:
+        raise DataError(f"OpenCV cannot read it ({str(e).strip().splitlines()[-1]})") from None
     if image is None:
         raise DataError("not an image OpenCV can read")
-    if options.resize_height:
-        image = cv2.resize(image, (options.resize_width, options.resize_height))
     planes = image.reshape(image.shape[0], image.shape[1], -1)
     shape = (planes.shape[2], planes.shape[0], planes.shape[1])
     if not options.is_encoded:
-        return datum.encode(planes.transpose(2, 0, 1).tobytes(), entry.label, False, shape), shape
+        return Record(datum.encode(planes.transpose(2, 0, 1).tobytes(), entry.label, False, shape), shape, damage)
     encoding = options.encode_type or entry.path.rpartition(".")[2].lower()
     if _keeps_file(entry.path, encoding, shape[0], options):
-        return datum.encode(file.read_bytes(), entry.label, True), shape
+        return Record(datum.encode(data, entry.label, True), shape, damage)
     try:
         ok, buffer = cv2.imencode(f".{encoding}", image)
     except cv2.error:
@@ -184,7 +252,7 @@ def record(root: Path, entry: Entry, options: Options) -> tuple[bytes, tuple[int
     if not ok:
         raise ConfigError(f"{file}: OpenCV cannot encode .{encoding} images; pass --encode-type "
                           f"({', '.join(ENCODE_TYPES)})")
-    return datum.encode(np.asarray(buffer).tobytes(), entry.label, True), shape
+    return Record(datum.encode(np.asarray(buffer).tobytes(), entry.label, True), shape, damage)
 
 
 def _keeps_file(path: str, encoding: str, channels: int, options: Options) -> bool:
@@ -196,7 +264,11 @@ def _keeps_file(path: str, encoding: str, channels: int, options: Options) -> bo
 
 def write_db(root: Path, entries: Sequence[Entry], out: Path, options: Options, strict: bool = False,
              say: Callable[[str], None] = print, progress: bool = False, desc: str = "") -> Split:
-    """Write ``entries`` as ``convert_imageset ROOT/ LIST OUT`` with ``options`` would; ``out`` must not exist."""
+    """Write ``entries`` as ``convert_imageset ROOT/ LIST OUT`` with ``options`` would; ``out`` must not exist.
+
+    A file that cannot be read is skipped and named (the first :data:`SHOWN_SKIPS`, then a count),
+    or refused with ``strict``, as is a damaged one that is stored; a list of which most files cannot
+    be read is refused (its paths are most likely not relative to ROOT)."""
     split = Split(histogram=[0] * (max((e.label for e in entries), default=-1) + 1))
     writer = db.Writer(out, options.backend)
     try:
@@ -204,20 +276,17 @@ def write_db(root: Path, entries: Sequence[Entry], out: Path, options: Options, 
         values: list[bytes] = []
         for index, entry in _progress(entries, progress, desc or out.name):
             try:
-                value, shape = record(root, entry, options)
+                made = record(root, entry, options)
             except DataError as e:
-                if strict:
-                    raise DataError(f"{root / entry.path}: {e} (--strict refuses it; remove it from "
-                                    "the input or leave out --strict to skip it)") from None
-                say(f"skipped {root / entry.path}: {e}")
-                split.skipped.append((entry.path, str(e)))
+                _passed_over(split.skipped, root, entry, str(e), strict, say, "skipped")
                 continue
+            if made.damage:
+                _passed_over(split.damaged, root, entry, made.damage, strict, say, "stored")
             keys.append(b"%08d_" % index + entry.path.encode())
-            values.append(value)
+            values.append(made.value)
             split.count += 1
-            split.shapes.add(shape)
-            if entry.label >= 0:
-                split.histogram[entry.label] += 1
+            split.shapes[made.shape] = split.shapes.get(made.shape, 0) + 1
+            split.histogram[entry.label] += 1
             if len(keys) == CHUNK:
                 writer.put_chunk(keys, values)
                 keys, values = [], []
@@ -225,9 +294,45 @@ def write_db(root: Path, entries: Sequence[Entry], out: Path, options: Options, 
             writer.put_chunk(keys, values)
     finally:
         writer.close()
-    if not split.count:
-        raise DataError(f"none of the {len(entries)} files listed for {out.name} could be read")
+    for kind, passed in (("skipped", split.skipped), ("stored", split.damaged)):
+        if len(passed) > SHOWN_SKIPS:
+            say(f"... and {len(passed) - SHOWN_SKIPS:,} more {kind} (every one is listed in the manifest)")
+    if split.count < len(split.skipped):
+        first, why = split.skipped[0]
+        raise DataError(f"{len(split.skipped):,} of the {len(entries):,} files listed for {out.name} could not be "
+                        f"read (the first: {source_file(root, Entry(first, 0))}: {why}); check that the paths are "
+                        f"relative to {root}")
     return split
+
+
+def _passed_over(passed: list[tuple[str, str]], root: Path, entry: Entry, why: str, strict: bool,
+                 say: Callable[[str], None], kind: str) -> None:
+    """Name a file that was skipped (or stored though damaged), or refuse it with ``strict``."""
+    if strict:
+        action = "skip" if kind == "skipped" else "store"
+        raise DataError(f"{source_file(root, entry)}: {why} (--strict refuses it; remove it from the input or "
+                        f"leave out --strict to {action} it)")
+    if len(passed) < SHOWN_SKIPS:
+        say(f"{kind} {source_file(root, entry)}: {why}")
+    passed.append((entry.path, why))
+
+
+def check_sizes(splits: dict[str, Split], options: Options, root: Path) -> None:
+    """Refuse images of different sizes unless ``mixed_sizes``: Caffe's Data layer batches images of
+    one size, and a net that does not crop them fails at its first batch of mixed ones."""
+    shapes: dict[tuple[int, int, int], int] = {}
+    for split in splits.values():
+        for shape, n in split.shapes.items():
+            shapes[shape] = shapes.get(shape, 0) + n
+    if len(shapes) > 1 and not options.mixed_sizes:
+        common = sorted(shapes.items(), key=lambda item: -item[1])
+        channels = len({c for c, _, _ in shapes}) > 1
+        shown = ", ".join(f"{w}x{h}{f'x{c}' if channels else ''}: {n:,}" for (c, h, w), n in common[:4])
+        shown += ", ..." if len(common) > 4 else ""
+        (c, h, w), _ = common[0]
+        raise DataError(f"{root} holds images of {len(shapes)} sizes ({shown}); Caffe's Data layer batches images of "
+                        f"one size: pass --resize-height {h} --resize-width {w} (or --mixed-sizes for a net whose "
+                        "data layer crops them to one size)")
 
 
 def _progress(entries: Sequence[Entry], progress: bool, desc: str) -> Iterator[tuple[int, Entry]]:
@@ -245,13 +350,22 @@ def build(root: Path, out: Path, options: Options, list_file: Path | None = None
     """Write the data set folder ``out``: databases, the lists they hold, labels.txt and manifest.json."""
     if not root.is_dir():
         raise DataError(f"{root} is not a folder of images" if root.exists() else f"{root} does not exist")
-    if out.exists() and not force:
-        raise ConfigError(f"{out} already exists; pass --force to replace it")
+    if out.exists() or out.is_symlink():
+        inputs = [root, *([list_file] if list_file is not None else [])]
+        check_replaceable(out, layout.made_by_caffetool, "a data set", inputs, ConfigError)
+        if not force:
+            raise ConfigError(f"{out} already exists; pass --force to replace it")
+    passed: list[tuple[str, str]] = []
     if list_file is not None:
         entries = read_list(list_file)
         classes = [str(k) for k in range(max(e.label for e in entries) + 1)]
     else:
-        entries, classes = scan_folder(root)
+        entries, classes, passed = scan_folder(root)
+        for path, why in passed[:SHOWN_SKIPS]:
+            say(f"passed over {root / path}: {why}")
+    if len(classes) < 2:
+        where = f"every label in {list_file} is 0" if list_file is not None else f"{root} holds one class folder"
+        raise DataError(f"{where}; a classifier learns two classes or more")
     lists = order(entries, shuffle, seed, val_fraction)
     splits: dict[str, Split] = {}
     with staged_dir(out, DataError) as built:
@@ -259,6 +373,8 @@ def build(root: Path, out: Path, options: Options, list_file: Path | None = None
             write_atomic(built / LIST_NAMES[name], "".join(f"{e.path} {e.label}\n" for e in lines), DataError)
             splits[name] = write_db(root, lines, built / f"{name}_{options.backend}", options, strict, say,
                                     progress, f"{out.name} {name}")
+        check_sizes(splits, options, root)
+        splits["train"].skipped[:0] = passed
         write_atomic(built / layout.LABELS, "".join(f"{c}\n" for c in classes), DataError)
         source = {"root": str(root.absolute()), "list": str(list_file.absolute()) if list_file else None,
                   "shuffle": shuffle, "seed": seed, "val_fraction": val_fraction, **asdict(options)}
@@ -277,10 +393,13 @@ def _manifest(name: str, root: str, backend: str, classes: list[str], splits: di
         "white_on_black": False,
         "splits": {split: {"db": f"{split}_{backend}", "list": LIST_NAMES[split], "count": s.count,
                            "shape": list(next(iter(s.shapes))) if len(s.shapes) == 1 else None,
+                           "shapes": len(s.shapes),
                            "histogram": s.histogram + [0] * (len(classes) - len(s.histogram))}
                    for split, s in splits.items()},
         "skipped": [{"split": split, "path": path, "reason": reason}
                     for split, s in splits.items() for path, reason in s.skipped],
+        "damaged": [{"split": split, "path": path, "reason": reason}
+                    for split, s in splits.items() for path, reason in s.damaged],
         "source": source,
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "caffetool_version": caffetool.__version__,

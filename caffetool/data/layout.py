@@ -28,6 +28,12 @@ class DatasetMissing(DataError, FileNotFoundError):
     """A data set was asked for that has not been fetched."""
 
 
+def made_by_caffetool(folder: Path) -> bool:
+    """Whether ``folder`` is a data set caffetool wrote (``data.fetch``, ``data.images``): it holds
+    the data set's manifest; what ``--force`` may replace."""
+    return (folder / MANIFEST).is_file()
+
+
 def dataset_dir(spec: DatasetSpec, data_dir: str | Path | None) -> Path:
     return Path(data_dir or "data").absolute() / spec.name
 

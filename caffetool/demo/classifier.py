@@ -27,8 +27,9 @@ import numpy as np
 from caffetool.choices import choose
 from caffetool.demo import grids, preprocess
 from caffetool.engine import EngineInfo, import_caffe
-from caffetool.errors import ConfigError, DataError, NetError, RunError
+from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import check, prototxt, transform
+from caffetool.runs import labels as label_file
 from caffetool.runs import snapshots
 from caffetool.train.devices import CPU, PycaffeDevice
 
@@ -208,7 +209,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     output = deploy.layer[-1].top[0] if deploy.layer else "prob"
     if validate:  # a corrupt file aborts Caffe: let that happen in a child, not in the server
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
-    labels = None if unnamed else _read_labels(files.labels)
+    labels = None if unnamed else label_file.read(files.labels)
     transform = _transform(caffe, files, channels, height, width)
     net = None
     if backend == "caffe":
@@ -240,15 +241,6 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
         raise NetError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
     name = files.run.name if files.run else files.weights.stem
     return Classifier(name, backend, transform, labels, files, _forward=forward, _net=net)
-
-
-def _read_labels(path: Path) -> list[str]:
-    """One class name a line, blank lines skipped."""
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise DataError(f"{path} is not a text file; labels.txt holds one class name a line") from None
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _input_shape(net: Any, path: Path) -> tuple[int, int, int]:

@@ -10,7 +10,7 @@ Colour nets (CaffeNet, GoogLeNet, ResNet, one's own) are fed as pycaffe's ``caff
 them (:mod:`.caffeio`): resize to ``image_dims``, the centre crop or ten oversampled crops, channel
 swap, raw scale, mean, input scale — one blob row per crop, whose predictions are averaged.
 
-Nothing is decoded before its header has been read (:mod:`.imageheader`) and found within two
+Nothing is decoded before its header has been read (:mod:`caffetool.data.imageheader`) and found within two
 limits: pixels, which bound the work of every step, and the bytes the decoded array takes, which
 bound memory — a 16-bit RGBA pixel is 8 bytes, a grey one 1. Errors name what is wrong; which HTTP
 status each one is answered with is the server's business.
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from caffetool.demo import caffeio, imageheader
+from caffetool.data import imageheader
+from caffetool.demo import caffeio
 from caffetool.errors import ImageError
 
-MAX_PIXELS = 40_000_000
-MAX_DECODED_BYTES = 120_000_000  # a 40-megapixel 8-bit colour image; 15 megapixels of 16-bit RGBA
+MAX_PIXELS, MAX_DECODED_BYTES = imageheader.MAX_PIXELS, imageheader.MAX_DECODED_BYTES
 
 
 class BadImage(ImageError):
@@ -134,13 +134,8 @@ def check_header(data: bytes, max_pixels: int, max_decoded_bytes: int) -> imageh
         raise ImageTooLarge(f"image over the limit of {max_pixels:,} pixels ({e})") from None
     if header is None:
         raise NotAnImage("the body is not an image the demo reads (PNG, JPEG, GIF, BMP or WebP)")
-    size = f"{header.width}x{header.height} pixels"
-    if header.pixels > max_pixels:
-        raise ImageTooLarge(f"image of {size} is over the limit of {max_pixels:,} pixels")
-    if header.decoded_bytes > max_decoded_bytes:
-        channels = f"{header.channels} channel{'s' if header.channels > 1 else ''} of {header.sample_bits} bits"
-        raise ImageTooLarge(f"image of {size}, {channels}, decodes to {header.decoded_bytes:,} bytes, "
-                            f"over the limit of {max_decoded_bytes:,} bytes")
+    if (why := imageheader.over_limits(header, max_pixels, max_decoded_bytes)) is not None:
+        raise ImageTooLarge(why)
     return header
 
 

@@ -42,7 +42,7 @@ import caffetool
 from caffetool import config, fsio
 from caffetool.checksum import sha256_file
 from caffetool.engine import cudalibs, elf
-from caffetool.engine.locate import MANIFEST, EngineInfo, locate
+from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, made_by_caffetool
 from caffetool.errors import (BundleError, ChecksumMismatch, ConfigError, EngineCorrupt,
                               EngineError, EngineNotFound, SourceError)
 from caffetool.proc import run_checked
@@ -339,8 +339,6 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
             force: bool = False, link: bool = True, pip: bool = True,
             say: Callable[[str], None] = print) -> BundleInstall:
     """Verify ``bundle`` (a file or URL), check it suits this machine, install it atomically."""
-    from caffetool.engine.install import link_pycaffe  # noqa: PLC0415
-
     started = time.monotonic()
     root = config.engine_prefix(prefix)
     archive = _obtain(bundle)
@@ -351,8 +349,12 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
                                "or not the bundle you meant")
     manifest = read_manifest(archive)
     notes = check_suitable(manifest)
+    if force:
+        check_replaceable(root)
     current = None if force else _current(root)
     if current is not None and current.manifest.get("bundle", {}).get("sha256") == found and not force:
+        if link:
+            _link(current, manifest, notes, say)
         return BundleInstall(current, True, time.monotonic() - started, notes)
     if current is not None and not force:
         raise ConfigError(f"{root} already holds an engine; pass --force to replace it with {Path(bundle).name}, "
@@ -371,12 +373,20 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
         (tree / MANIFEST).write_text(json.dumps(build, indent=2) + "\n")
         _smoke(tree)
     engine = locate(root, probe=link)
-    if link and manifest.get("python") == f"{sys.version_info.major}.{sys.version_info.minor}":
+    if link:
+        _link(engine, manifest, notes, say)
+    return BundleInstall(engine, False, time.monotonic() - started, notes)
+
+
+def _link(engine: EngineInfo, manifest: dict, notes: list[str], say: Callable[[str], None]) -> None:
+    """This Python's ``import caffe`` made the bundle's pycaffe, when the bundle's Python is this one."""
+    from caffetool.engine.install import link_pycaffe  # noqa: PLC0415
+
+    if manifest.get("python") == f"{sys.version_info.major}.{sys.version_info.minor}":
         link_pycaffe(engine, say)
-    elif link:
+    else:
         notes.append(f"pycaffe in this bundle is for Python {manifest.get('python')}, not "
                      f"{sys.version_info.major}.{sys.version_info.minor}: the tools run, `import caffe` does not")
-    return BundleInstall(engine, False, time.monotonic() - started, notes)
 
 
 def _obtain(bundle: str) -> Path:
@@ -504,7 +514,8 @@ def _current(root: Path) -> EngineInfo | None:
     except EngineNotFound:
         return None
     except EngineCorrupt as e:
-        raise EngineCorrupt(f"{e}; nothing was changed (pass --force to replace it)") from None
+        hint = " (pass --force to replace it)" if made_by_caffetool(root) else ""
+        raise EngineCorrupt(f"{e}; nothing was changed{hint}") from None
 
 
 def _extract(archive: Path, tree: Path, manifest: dict) -> None:

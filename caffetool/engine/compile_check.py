@@ -71,7 +71,7 @@ def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, 
                      say=say, link=False, test_suite=test_suite, keep_suite=suite_folder() if test_suite else None)
     log = Path(result.engine.prefix / "share" / "caffetool" / "build.log")
     text = log.read_text(errors="replace")
-    objects = len(set(re.findall(r"Building NVCC \(Device\) object (\S+)", text)))
+    objects = len(set(re.findall(r"Building NVCC \(Device\) object (.+)$", text, re.M)))
     caffe = result.engine.prefix / "bin" / "caffe"
     version = run_checked([caffe, "--version"], what="the CUDA build's `caffe --version`", error=BuildError)
     query = subprocess.run([str(caffe), "device_query", "-gpu", "0"], capture_output=True, text=True,

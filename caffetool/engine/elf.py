@@ -22,7 +22,8 @@ from caffetool.proc import last_lines, run_checked
 
 ELF_MAGIC = b"\x7fELF"
 # "libfoo.so.1 => /usr/lib/x86_64-linux-gnu/libfoo.so.1 (0x...)" or "libbar.so.2 => not found"
-LDD_LINE = re.compile(r"^\s*(\S+)\s+=>\s+(not found|\S+)")
+# (a path may hold spaces: it runs to the load address)
+LDD_LINE = re.compile(r"^\s*(\S+)\s+=>\s+(not found|.+?)(?:\s+\(0x[0-9a-f]+\))?$")
 GLIBC_VERSION = re.compile(r"^GLIBC_(\d+)\.(\d+)(?:\.\d+)?$")
 
 

@@ -28,7 +28,7 @@ import caffetool
 from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
 from caffetool.engine import cmake, cpu, mkl, source, suite
-from caffetool.engine.locate import MANIFEST, EngineInfo, locate, visible_gpus
+from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, visible_gpus
 from caffetool.engine.recipe import BUILD_PACKAGES, CAFFE_SOURCE, PATCH_DIR, PYCAFFE_MODULES, BuildOptions
 from caffetool.errors import BuildError, ConfigError, EngineCorrupt, EngineError, EngineNotFound
 from caffetool.proc import run_checked
@@ -69,6 +69,8 @@ def install(
     """
     started = time.monotonic()
     root = config.engine_prefix(prefix)
+    if force:
+        check_replaceable(root)
     existing = _existing(root, options, force, say)
     if existing is not None:
         if test_suite:

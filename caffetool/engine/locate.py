@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from caffetool import config
+from caffetool import config, fsio
 from caffetool.engine import cpu
 from caffetool.engine.recipe import TUNING_PATCHES
-from caffetool.errors import EngineCorrupt, EngineNotFound
+from caffetool.errors import EngineCorrupt, EngineError, EngineNotFound
 from caffetool.proc import exit_status, last_lines
 
 MANIFEST = "caffetool-engine.json"
@@ -116,7 +116,32 @@ def locate(prefix: str | os.PathLike[str] | None = None, probe: bool = True, gpu
 
 
 def _corrupt(root: Path, why: str) -> str:
+    if caffe_source_tree(root):
+        return (f"{root} is a Caffe source tree, not an engine caffetool installed; caffetool runs the engine it "
+                "installs itself: unset CAFFE_ROOT (or point it at that engine) and run `caffetool engine.install`")
+    if not made_by_caffetool(root):
+        return (f"{root} is not an engine caffetool installed ({why}); give an empty or new folder as --prefix "
+                "(engine.prefix, CAFFE_ROOT) and run `caffetool engine.install`")
     return f"{root} is not a valid Caffe engine: {why} — run `caffetool engine.install --force`"
+
+
+def made_by_caffetool(root: Path) -> bool:
+    """Whether ``root`` is a prefix caffetool installed (working or not): it holds the engine's manifest."""
+    return (root / MANIFEST).is_file()
+
+
+def caffe_source_tree(root: Path) -> bool:
+    """Whether ``root`` is a Caffe checkout (BVLC's or a fork's): where ``CAFFE_ROOT`` points by
+    Caffe's own convention, and never a prefix to replace."""
+    return (root / "include" / "caffe" / "caffe.hpp").is_file() and (root / "src" / "caffe").is_dir()
+
+
+def check_replaceable(root: Path) -> None:
+    """What ``--force`` may replace at ``root``: nothing, an empty folder, or an engine caffetool
+    installed; a Caffe source tree or anyone's other files are refused by name."""
+    if caffe_source_tree(root):
+        raise EngineError(_corrupt(root, "a source tree") + " (nothing was changed)")
+    fsio.check_replaceable(root, made_by_caffetool, "an engine", error=EngineError)
 
 
 def _probe(info: EngineInfo) -> None:
@@ -157,11 +182,25 @@ def visible_gpus() -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU ")] if done.returncode == 0 else []
 
 
-def caffe_env(**extra: str) -> dict[str, str]:
+def caffe_env(prefix: Path | None = None, **extra: str) -> dict[str, str]:
     """Environment for running a Caffe binary whose INFO log lines are read (glog to stderr, no log
-    files), its BLAS on the kernels this CPU runs best (:mod:`caffetool.engine.cpu`)."""
+    files), its BLAS on the kernels this CPU runs best (:mod:`caffetool.engine.cpu`); with the
+    engine's ``prefix``, also what its Python layers import (:func:`python_layer_path`)."""
+    python = {"PYTHONPATH": python_layer_path(prefix)} if prefix is not None else {}
     return {**os.environ, **cpu.blas_environment(os.environ), "GLOG_logtostderr": "1", "GLOG_minloglevel": "0",
-            **extra}
+            **python, **extra}
+
+
+def python_layer_path(prefix: Path) -> str:
+    """``PYTHONPATH`` for the Python inside ``caffe`` (libcaffe embeds the system's libpython, which
+    knows neither pycaffe nor this environment's packages): the engine's pycaffe, then this
+    interpreter's site-packages (numpy, protobuf), then the user's own ``PYTHONPATH`` — so a
+    ``Python`` layer's ``import caffe`` and ``import numpy`` work in ``caffe train`` as in pycaffe."""
+    import sysconfig  # noqa: PLC0415
+
+    paths = [str(prefix / PYCAFFE_DIR), sysconfig.get_path("purelib"), sysconfig.get_path("platlib"),
+             *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return os.pathsep.join(dict.fromkeys(paths))
 
 
 def import_caffe(info: EngineInfo) -> ModuleType:

@@ -26,11 +26,11 @@ from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import DataError, RunError
 from caffetool.evaluation import forward, metrics, records, writeup
 from caffetool.nets import state
-from caffetool.runs import snapshots
+from caffetool.runs import labels, snapshots
 from caffetool.train import final_test
 from caffetool.train.devices import CPU, PycaffeDevice
 
-DEPLOY, LABELS = "deploy.prototxt", "labels.txt"
+DEPLOY, LABELS = "deploy.prototxt", labels.FILE
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Evaluation:
         return writeup.lines(s, self.matrix, self.folder, what)
 
 
-def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, split: str = "test", top: int = 5,
+def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, split: str = "test", top: int | None = None,
              backend: str = "caffe", batch_size: int | None = None, caffe_test: bool = True,
              progress: bool = True, say: Callable[[str], None] = print,
              device: PycaffeDevice = CPU) -> Evaluation:
@@ -62,7 +62,7 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     accuracy = accuracy_blobs(src.test_net.net) if src.test_net else {}
     net = forward.load(engine, run_dir / DEPLOY, weights, backend, score=accuracy.get(1, (None,))[0], device=device)
     transform = records.transform_of(src, run_dir)
-    names = read_labels(run_dir / LABELS)
+    names = labels.read_if_there(run_dir / LABELS)
     total = db.count(src.path)
     size = batch_size or src.batch_size
     start = time.monotonic()
@@ -102,8 +102,8 @@ def _forward_all(net: forward.DeployNet, src: records.Source, transform: records
         for batch in records.batches(src, transform, pb2, size, net.shape):
             scores, probs = net(batch.blob)
             if tally is None:
-                forward.check_classifier(probs, len(names) if names else None, deploy)
-                tally = metrics.Tally(probs.shape[1], min(top, probs.shape[1]))
+                forward.check_classifier(probs, len(names) if names is not None else None, deploy)
+                tally = metrics.Tally(probs.shape[1], labels.top_k(top, probs.shape[1]))
             tally.add(batch.labels, scores, probs)
             keys += batch.keys
             bar.update(len(batch.keys))
@@ -166,13 +166,3 @@ def folder_name(weights: Path, split: str, backend: str) -> str:
 def covering_batch(count: int, batch: int) -> int:
     """The largest batch size up to ``batch`` that divides ``count``: whole batches, no record twice."""
     return next(b for b in range(min(batch, count), 0, -1) if count % b == 0)
-
-
-def read_labels(path: Path) -> list[str] | None:
-    """The class names of labels.txt (one a line, blank lines skipped); None when the run has none."""
-    if not path.is_file():
-        return None
-    try:
-        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise RunError(f"{path} cannot be read as one class name a line ({e})") from None

@@ -23,6 +23,7 @@ import numpy as np
 
 from caffetool.errors import ConfigError, DataError, ImageError
 from caffetool.evaluation import metrics, writeup
+from caffetool.runs import labels as label_file
 
 THUMBNAIL = 96
 
@@ -82,14 +83,14 @@ def from_list(path: Path, classes: int) -> list[Item]:
     return items
 
 
-def evaluate(classifier: Any, items: list[Item], top: int, out: Path, source: str,
+def evaluate(classifier: Any, items: list[Item], top: int | None, out: Path, source: str,
              shown: Callable[[Item, dict | None, str | None], None] = lambda *_: None) -> Outcome:
     """Classify every item, then write predictions, confusion and per-class figures into ``out``.
 
     ``shown(item, result, error)`` hears of each image as it is done (a result, or why it failed).
     """
     names = classifier.labels
-    k = max(1, min(top, len(names)))
+    k = label_file.top_k(top, len(names))
     rows: list[list[Any]] = [["path", "true", "predicted", "probability", f"top{k}"]]
     done: list[Item] = []
     tops, probs, failures = [], [], []

@@ -73,12 +73,13 @@ def csv_text(rows: Sequence[Sequence[Any]]) -> str:
 def record(run_dir: Path, summary: dict[str, Any], folder: Path) -> dict:
     """Put the evaluation (its summary less the per-class table) in the run's manifest's ``evaluations``,
     in place of an earlier one of the same folder."""
-    manifest = runrecord.read(run_dir)
     entry = {k: v for k, v in summary.items() if k != "per_class"} | {"dir": str(folder)}
-    manifest["evaluations"] = [e for e in manifest.get("evaluations", [])
-                               if isinstance(e, dict) and e.get("dir") != str(folder)] + [entry]
-    runrecord.write(run_dir, manifest)
-    return manifest
+
+    def add(manifest: dict) -> None:
+        manifest["evaluations"] = [e for e in manifest.get("evaluations", [])
+                                   if isinstance(e, dict) and e.get("dir") != str(folder)] + [entry]
+
+    return runrecord.update(run_dir, add)
 
 
 def newest(run_dir: Path) -> Path | None:

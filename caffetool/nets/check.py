@@ -9,7 +9,8 @@ prints what it built as JSON.
 then fails with a ``SystemError`` that names nothing; the child therefore imports each Python
 layer's module and class itself first, and names the one that cannot be imported.
 
-    python -m caffetool.nets.check [--solver S] [--deploy D ...]   (paths relative to the cwd)
+    python -P -m caffetool.nets.check [--solver S] [--deploy D ...] [--weights W [--partial]] [--imports-only]
+    (paths relative to the cwd)
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Any
 
 from caffetool import glog
 from caffetool.engine import EngineInfo
-from caffetool.errors import CaffeRefused, NetError
+from caffetool.errors import CaffeRefused, NetError, PythonLayerError
+from caffetool.nets import weights
 from caffetool.proc import exit_status, last_lines
 
 # The child's exit status for a net it refused itself (before Caffe saw it); stderr is the reason.
@@ -45,12 +47,23 @@ def summary(net: Any) -> dict:
     }
 
 
+def python_layers(engine: EngineInfo, cwd: Path, solver: str) -> None:
+    """Import every ``Python`` layer's module and class the nets of ``solver`` name, as Caffe will
+    (run from ``cwd``, with this environment's ``PYTHONPATH``), without building the nets: a
+    missing module is named before a run or a sweep starts, not after Caffe aborts on it."""
+    validate(engine, cwd, solver, imports_only=True)
+
+
 def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: Sequence[str] = (),
-             weights: str | None = None) -> dict:
-    """Build ``solver`` (train and test nets) and each deploy net (with ``weights``) in Caffe."""
-    argv = [sys.executable, "-m", "caffetool.nets.check"]
+             weights: str | None = None, complete: bool = True, imports_only: bool = False) -> dict:
+    """Build ``solver`` (train and test nets) and each deploy net in Caffe; with ``weights``, check
+    they hold weights for the deploy nets (else the train net) first (:mod:`caffetool.nets.weights`;
+    ``complete``: for every layer with parameters, else for some: fine-tuning) and load them into
+    the deploy nets. The report's ``fresh`` names the layers the weights leave at their fillers."""
+    # -P: sys.path without the current folder, as the Python inside Caffe has it
+    argv = [sys.executable, "-P", "-m", "caffetool.nets.check", *(["--imports-only"] if imports_only else [])]
     if weights:
-        argv += ["--weights", weights]
+        argv += ["--weights", weights, *([] if complete else ["--partial"])]
     if solver:
         argv += ["--solver", solver]
     for d in deploy:
@@ -65,6 +78,8 @@ def validate(engine: EngineInfo, cwd: Path, solver: str | None = None, deploy: S
         raise CaffeRefused(f"Caffe refused {subject} ({fatal.where}): {fatal.message}")
     if done.returncode == REFUSED:
         raise NetError(done.stderr.strip())
+    if (error := glog.python_error(done.stderr)) is not None:
+        raise PythonLayerError(error)
     raise NetError(f"Caffe could not build the net ({exit_status(done.returncode)}):\n{last_lines(done.stderr)}")
 
 
@@ -115,24 +130,41 @@ def main() -> None:
     parser.add_argument("--solver")
     parser.add_argument("--deploy", action="append", default=[])
     parser.add_argument("--weights")
+    parser.add_argument("--partial", action="store_true")
+    parser.add_argument("--imports-only", action="store_true")
     args = parser.parse_args()
     import caffe  # noqa: PLC0415 - on PYTHONPATH from validate()
 
     for net, source in _nets(caffe.proto.caffe_pb2, args.solver, args.deploy):
         if problem := python_layer_problem(net, source):
-            print(problem, file=sys.stderr)
-            sys.exit(REFUSED)
+            _refuse(problem)
+    if args.imports_only:
+        json.dump({}, sys.stdout)
+        return
     caffe.set_mode_cpu()
     report: dict = {}
     if args.solver:
         solver = caffe.get_solver(args.solver)
         report["train"] = summary(solver.net)
         report["test"] = [summary(net) for net in solver.test_nets]
-    report["deploy"] = {
-        d: summary(caffe.Net(d, args.weights, caffe.TEST) if args.weights else caffe.Net(d, caffe.TEST))
-        for d in args.deploy
-    }
+    deploy = {d: caffe.Net(d, caffe.TEST) for d in args.deploy}
+    if args.weights:
+        source, why = weights.read(Path(args.weights), caffe.proto.caffe_pb2)
+        report["fresh"] = []
+        for net in deploy.values() or [solver.net]:
+            target = {name: [tuple(b.data.shape) for b in blobs] for name, blobs in net.params.items()}
+            if problem := weights.problem(Path(args.weights), source, why, target, not args.partial):
+                _refuse(problem)
+            report["fresh"] = weights.fresh(source, target)
+        for net in deploy.values():
+            net.copy_from(args.weights)
+    report["deploy"] = {d: summary(net) for d, net in deploy.items()}
     json.dump(report, sys.stdout)
+
+
+def _refuse(problem: str) -> None:
+    print(problem, file=sys.stderr)
+    sys.exit(REFUSED)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import DataError, NetError
 from caffetool.nets import prototxt, state
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solver import SolverOptions, check_test_iter
 from caffetool.proc import run_checked
 
 SOLVER_FILE = "solver.prototxt"
@@ -55,7 +55,7 @@ def load(path: str | Path, engine: EngineInfo, caffe_pb2: ModuleType, cwd: Path 
     here = (cwd or Path.cwd()).resolve()
     solver_path = _existing(here / path, "solver", NetError)
     notices: list[str] = []
-    original = prototxt.read(solver_path, caffe_pb2.SolverParameter())
+    original = prototxt.read(solver_path, caffe_pb2.SolverParameter(), "--solver")
     solver = caffe_pb2.SolverParameter()
     solver.CopyFrom(original)
     if original.HasField("solver_type"):
@@ -113,6 +113,10 @@ def write(project: Project, run_dir: Path, caffe_pb2: ModuleType) -> Path:
 def _train_net(solver: Message, here: Path, engine: EngineInfo, caffe_pb2: ModuleType,
                reads: list[Path], notices: list[str]) -> Message:
     """The one net the solver trains: ``net``/``train_net`` read from a file, or given inline."""
+    given = [name for name in (*NET_FIELDS, *NET_PARAM_FIELDS) if solver.HasField(name)]
+    if len(given) > 1:
+        raise NetError(f"the solver sets {' and '.join(given)}; Caffe trains exactly one net and refuses a solver "
+                       "with more than one of net, net_param, train_net, train_net_param: keep one")
     for name in NET_PARAM_FIELDS:
         if solver.HasField(name):
             return _current(getattr(solver, name), engine, caffe_pb2, name, notices)
@@ -223,6 +227,35 @@ def override(project: Project, options: SolverOptions, gpu: bool, caffe_pb2: Mod
     wanted_gpu = solver.solver_mode == caffe_pb2.SolverParameter.GPU
     solver.solver_mode = caffe_pb2.SolverParameter.GPU if gpu else caffe_pb2.SolverParameter.CPU
     return f"{project.source.name} asks for solver_mode: GPU; training on the CPU" if wanted_gpu and not gpu else None
+
+
+def has_python_layers(project: Project) -> bool:
+    return any(layer.type == "Python" for net in (project.train_net, *project.test_nets) for layer in net.layer)
+
+
+def check_deploy(path: Path, caffe_pb2: ModuleType) -> None:
+    """A ``--deploy`` file must be a net with layers (not the solver, not an empty net)."""
+    net = prototxt.read(path, caffe_pb2.NetParameter(), "--deploy")
+    if not net.layer and not net.layers:
+        raise NetError(f"--deploy {path} holds no layers; give the deploy net (the net with an Input layer)")
+
+
+def check(project: Project, caffe_pb2: ModuleType) -> None:
+    """Refuse, naming the solver file and its field, what Caffe would run without training anything
+    (``max_iter`` below 1) or while it sits at a test (a ``test_iter`` that reads a test net's
+    database many times over, :func:`caffetool.nets.solver.check_test_iter`); call it after the
+    flags are applied (:func:`override`, :func:`set_batches`)."""
+    s, where = project.solver, project.source
+    if s.max_iter < 1:
+        raise NetError(f"{where}: max_iter {s.max_iter} trains nothing; set max_iter (or --max-iter) to the "
+                       "iterations to train, 1 or more")
+    for i, (net, batches) in enumerate(zip(project.test_nets, s.test_iter)):
+        for layer in net.layer:
+            if layer.type == "Data" and layer.data_param.source and state.included(layer, caffe_pb2.TEST):
+                records = db.check(Path(layer.data_param.source))
+                if records is not None:
+                    check_test_iter(batches, layer.data_param.batch_size, records,
+                                    f"{where}: test_iter {batches} (test net #{i})", NetError)
 
 
 def set_batches(project: Project, batch: int | None, test_batch: int | None, caffe_pb2: ModuleType) -> None:

@@ -7,6 +7,7 @@ nothing, or does not parse. Writing goes through :func:`caffetool.fsio.write_ato
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,9 +30,32 @@ def parse(text: str, message: M, where: str) -> M:
         raise NetError(f"{at}: {detail}") from None
 
 
-def read(path: Path, message: M) -> M:
-    """The prototxt at ``path`` parsed into ``message``."""
-    return parse(read_text(path), message, str(path))
+# Caffe's two kinds of prototxt, by message name: a file of the other kind is named as such.
+KINDS = {"NetParameter": "a net", "SolverParameter": "a solver"}
+
+
+def read(path: Path, message: M, flag: str | None = None) -> M:
+    """The prototxt at ``path`` parsed into ``message``; a net given where a solver goes (or the
+    other way round) is named as that, with ``flag`` when the path came from one."""
+    text = read_text(path)
+    try:
+        return parse(text, message, str(path))
+    except NetError:
+        wanted = KINDS.get(type(message).__name__)
+        for name, kind in KINDS.items():
+            other = getattr(sys.modules[type(message).__module__], name, None)
+            if wanted and kind != wanted and other is not None and _parses(text, other()):
+                raise NetError(f"{flag + ' ' if flag else ''}{path} is {kind} prototxt, not {wanted}; "
+                               f"give {wanted} here") from None
+        raise
+
+
+def _parses(text: str, message: Message) -> bool:
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError:
+        return False
+    return True
 
 
 def read_text(path: Path) -> str:

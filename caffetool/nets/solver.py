@@ -188,12 +188,30 @@ def derive_test_iter(test_count: int, test_batch: int) -> int:
     return max(1, math.ceil(test_count / test_batch))
 
 
+# Test batches may read a test set more than once (Caffe's data layers start over at its end), but a
+# test of more than this many passes scores nothing new while it keeps the run at its test.
+MAX_TEST_PASSES = 10
+
+
+def check_test_iter(test_iter: int, test_batch: int, test_count: int, given: str,
+                    error: type[Exception] = ConfigError) -> None:
+    """Refuse a ``test_iter`` (``given``: where it was set, e.g. ``--test-iter 1000000``) that reads
+    the ``test_count`` test records more than :data:`MAX_TEST_PASSES` times over."""
+    if test_count > 0 and test_iter * test_batch > MAX_TEST_PASSES * test_count:
+        whole = derive_test_iter(test_count, test_batch)
+        raise error(f"{given}: {test_iter:,} test batches of {test_batch} read the {test_count:,} test records "
+                    f"{test_iter * test_batch // test_count:,} times at every test, and the run would sit at its test; "
+                    f"the whole test set is test_iter {whole}")
+
+
 def build(caffe: Any, options: SolverOptions, net: str, snapshot_prefix: str, test_count: int,
           test_batch: int) -> Any:
     """A ``SolverParameter``; ``net`` and ``snapshot_prefix`` are written as given."""
     s = settle(options)
     pb = caffe.proto.caffe_pb2
     solver = pb.SolverParameter(net=net, snapshot_prefix=snapshot_prefix)
+    if "test_iter" in s:
+        check_test_iter(s["test_iter"], test_batch, test_count, f"--test-iter {s['test_iter']}")
     solver.test_iter.append(int(s.pop("test_iter", derive_test_iter(test_count, test_batch))))
     for key, value in s.items():
         if key == "stepvalue":

@@ -32,8 +32,8 @@ SOLVING = re.compile(r"^Solving (.*)$")
 LEARNING_RATE = re.compile(r"^Iteration (\d+), lr = (\S+)$")
 TESTING = re.compile(r"^Iteration (\d+), Testing net \(#(\d+)\)$")
 OUTPUT = re.compile(r"^\s*(Train|Test) net output #(\d+): (\S+) = (\S+)")
-SNAPSHOT = re.compile(r"^Snapshotting (?:solver state )?to binary proto file (\S+)$")
-RESUMING = re.compile(r"^Resuming from (\S+)$")
+SNAPSHOT = re.compile(r"^Snapshotting (?:solver state )?to binary proto file (.+)$")  # a path may hold spaces
+RESUMING = re.compile(r"^Resuming from (.+)$")
 DONE = "Optimization Done."
 EVENTS = (SOLVING, ITERATION, LEARNING_RATE, TESTING, OUTPUT, SNAPSHOT, RESUMING)
 # The keys of a row that are not net outputs.
@@ -61,6 +61,7 @@ class Metrics:
     last_time: dt.datetime | None = None
     done: bool = False
     fatal: str | None = None
+    python_error: str | None = None  # an exception a Python layer raised (then Caffe aborts)
     snapshots: list[str] = field(default_factory=list)
     resumed_from: list[str] = field(default_factory=list)
     diverged_at: int | None = None  # first iteration whose loss was NaN or infinite
@@ -129,6 +130,8 @@ class LogParser:
     def feed(self, line: str) -> None:
         parsed = glog.parse(line)
         if parsed is None:
+            if self.metrics.python_error is None and glog.PYTHON_ERROR.match(line.rstrip()):
+                self.metrics.python_error = line.rstrip()
             return
         self.glog_lines += 1
         when = self._time(parsed)

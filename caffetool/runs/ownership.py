@@ -62,31 +62,54 @@ def start_ticks(pid: int) -> int | None:
 def settle(run_dir: Path) -> dict:
     """The run's manifest, first marked ``interrupted`` if it says it is active but its owner is gone.
 
-    The correction is written back when the run directory is writable; either way the manifest
-    returned tells the truth.
+    The correction is written back (under the run's lock, to the manifest as it is then) when the
+    run directory is writable; either way the manifest returned tells the truth.
     """
     manifest = runrecord.read(run_dir)
-    if manifest.get("status") not in ACTIVE or alive(manifest.get("owner")):
+    if not _orphaned(manifest):
         return manifest
-    pid = manifest["owner"].get("pid")
-    manifest.update(status="interrupted", exit_code=None, message=(
-        f"the process that was training it (pid {pid}) ended without recording an outcome; "
-        f"continue from its newest complete snapshot with `caffetool train.resume {run_dir.name}`"))
     give_back_room(run_dir)
     try:
-        runrecord.write(run_dir, manifest)
+        return runrecord.update(run_dir, lambda current: _mark_interrupted(run_dir, current))
     except RunError:
-        pass  # a read-only or full disk: the caller still gets the corrected status
-    return manifest
+        _mark_interrupted(run_dir, manifest)  # a read-only or full disk: the caller still gets the truth
+        return manifest
+
+
+def claim(run_dir: Path) -> dict:
+    """The run's manifest with this process recorded as its owner, settled, checked and written in
+    one step under the run's lock, so two commands never both take a run; refused while another
+    live process trains it."""
+    def own(manifest: dict) -> None:
+        if _orphaned(manifest):
+            give_back_room(run_dir)
+            _mark_interrupted(run_dir, manifest)
+        take(run_dir, manifest)
+
+    return runrecord.update(run_dir, own)
 
 
 def take(run_dir: Path, manifest: dict) -> None:
-    """Make this process the run's owner; refused while another live process trains it."""
+    """Make this process the owner in ``manifest``; refused while another live process trains it."""
     current = manifest.get("owner")
     if manifest.get("status") in ACTIVE and current and current.get("pid") != os.getpid() and alive(current):
         raise RunError(f"run {run_dir.name} is being trained by process {current.get('pid')} on "
                        f"{current.get('host')}; wait for it to end or stop it first")
     manifest["owner"] = me()
+
+
+def _orphaned(manifest: dict) -> bool:
+    return manifest.get("status") in ACTIVE and not alive(manifest.get("owner"))
+
+
+def _mark_interrupted(run_dir: Path, manifest: dict) -> None:
+    """Record in ``manifest`` that its run's owner ended without an outcome, if it still says so."""
+    if not _orphaned(manifest):
+        return
+    pid = manifest["owner"].get("pid")
+    manifest.update(status="interrupted", exit_code=None, message=(
+        f"the process that was training it (pid {pid}) ended without recording an outcome; "
+        f"continue from its newest complete snapshot with `caffetool train.resume {run_dir.name}`"))
 
 
 def keep_room(run_dir: Path) -> None:

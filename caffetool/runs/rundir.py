@@ -71,8 +71,13 @@ def released_on_failure(path: Path) -> Iterator[Path]:
 
 
 def find(runs_dir: Path, run: str) -> Path:
-    """A run by name (under ``runs_dir``) or by path."""
-    for candidate in (Path(run), runs_dir / run):
+    """A run by name (under ``runs_dir``) or by path; a folder without a manifest is named as such."""
+    candidates = (Path(run), runs_dir / run)
+    for candidate in candidates:
         if (candidate / MANIFEST).is_file():
             return candidate.absolute()
+    for candidate in candidates:
+        if candidate.is_dir():
+            raise RunError(f"{candidate} has no {MANIFEST}, so it is no caffetool run (or its record was deleted); "
+                           f"a run's folder is made by `caffetool train`, and `ls {runs_dir}` lists the runs")
     raise RunError(f"no run {run!r} (looked for {runs_dir / run}/{MANIFEST}); `ls {runs_dir}` lists the runs")

@@ -2,21 +2,25 @@
 
 :func:`new` makes a run's first manifest: what trains it (command, model, data set, devices, the
 engine's own manifest), where (host, threads) and with which caffetool. :class:`Record` keeps it
-in memory while a command works on the run and writes it whole at every :meth:`Record.update`;
-:func:`read` and :func:`write` serve the commands that add to a run's record later (``train.test``,
-``evaluate``, the checks of who owns a run). Every write replaces the file in one rename, so a
-manifest on disk is always whole.
+in memory while a command works on the run; :func:`update` serves the commands that add to a run's
+record later (``train.test``, ``evaluate``, the checks of who owns a run). Every change is a
+read-modify-write under the run's lock (:data:`LOCK`, ``flock``): the manifest as it is on disk at
+that moment, changed, written whole in one rename, so two commands working on one run (a
+``train.test`` while the run trains) never write back a stale copy over each other's record.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,10 @@ import caffetool
 from caffetool.engine import EngineInfo
 from caffetool.errors import RunError
 from caffetool.fsio import write_atomic
+from caffetool.runs import rundir
 from caffetool.runs.rundir import MANIFEST
+
+LOCK = ".manifest.lock"
 
 
 def read(run_dir: Path) -> dict:
@@ -37,12 +44,46 @@ def read(run_dir: Path) -> dict:
     return manifest
 
 
+def find(runs_dir: Path, run: str) -> Path:
+    """A run by name or path (:func:`caffetool.runs.rundir.find`) whose manifest reads: a damaged
+    record is refused before a command writes anything into the run."""
+    run_dir = rundir.find(runs_dir, run)
+    read(run_dir)
+    return run_dir
+
+
 def write(run_dir: Path, manifest: dict) -> None:
     write_atomic(run_dir / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n", RunError)
 
 
+@contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold the run's manifest lock (an exclusive ``flock`` on :data:`LOCK`) for the block."""
+    try:
+        fd = os.open(run_dir / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as e:
+        raise RunError(f"cannot lock {run_dir / MANIFEST} ({e.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def update(run_dir: Path, change: Callable[[dict], None] | None = None, **fields: Any) -> dict:
+    """The manifest as it is on disk now, changed by ``change`` and then ``fields``, written back, all
+    under the run's lock; the manifest written."""
+    with locked(run_dir):
+        manifest = read(run_dir)
+        if change is not None:
+            change(manifest)
+        manifest.update(fields)
+        write(run_dir, manifest)
+    return manifest
+
+
 class Record:
-    """A run's manifest in memory, written whole whenever it changes."""
+    """A run's manifest in memory, kept equal to what :meth:`update` last wrote."""
 
     def __init__(self, run_dir: Path, data: dict) -> None:
         self.run_dir, self.data = run_dir, data
@@ -51,8 +92,10 @@ class Record:
         return self.data.get(key, default)
 
     def update(self, **fields: Any) -> None:
-        self.data.update(fields)
-        write(self.run_dir, self.data)
+        """Set ``fields`` in the manifest on disk (what other commands added to it stays)."""
+        written = update(self.run_dir, **fields)
+        self.data.clear()
+        self.data.update(written)
 
 
 def new(engine: EngineInfo, run_dir: Path, model: str, dataset: dict[str, Any], device: dict[str, Any],

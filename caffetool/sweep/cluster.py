@@ -1,12 +1,15 @@
 """Ray for one sweep, and Ctrl-C turned into Ray Tune's orderly stop.
 
 :func:`connected` joins the cluster a sweep names (``--address``) or starts a local Ray for the
-sweep alone and shuts it down afterwards (its workers, and the Caffe each trial runs, go with it).
+sweep alone and shuts it down afterwards (its workers, and the Caffe each trial runs, go with it;
+:mod:`caffetool.sweep.reaper` makes sure of that however the sweep ends).
 :func:`interruptible` replaces Tune's own SIGINT handling while the sweep runs: the first Ctrl-C
 (or SIGTERM) marks the sweep interrupted on its flag actor, which every trial waits on, so each
 running trial snapshots and records ``interrupted`` at once, and then sends Tune its own
 "end the experiment" signal (SIGUSR1), so Tune saves its state for ``sweep.resume`` and stops the
-trials; a second Ctrl-C raises KeyboardInterrupt (stop at once). It also quiets Tune's console
+trials; a second Ctrl-C raises KeyboardInterrupt (stop at once), and so does a local Ray that dies
+under the sweep (a SIGTERM sent to the sweep's whole process group reaches Ray's daemons too,
+and then nothing can stop in order: the sweep is recorded interrupted at once). It also quiets Tune's console
 output and tracebacks (the sweep says one line per trial; failures are in its report).
 """
 
@@ -15,12 +18,46 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from caffetool.errors import RunError
+
+CONNECT_TIMEOUT = 5.0  # seconds to reach a --address before it is called unreachable
+TELL_TIMEOUT = 5.0  # seconds the trials' flag actor has to take the interruption
+WATCH_INTERVAL = 0.2  # seconds between looks at the local Ray's daemons while the sweep stops
+DAEMONS = ("gcs_server", "raylet")  # a local Ray without either cannot stop anything in order
+
+
+class LocalRay:
+    """The Ray that :func:`connected` started for the sweep: its processes and their reaper."""
+
+    def __init__(self, before: set[int]) -> None:
+        import psutil  # noqa: PLC0415
+
+        from caffetool.sweep import reaper  # noqa: PLC0415
+
+        self.roots = [p for p in psutil.Process().children() if p.pid not in before]
+        self.daemons = [p for p in self.roots if p.name() in DAEMONS]
+        self.reaper = reaper.start([p.pid for p in self.roots])
+
+    def broken(self) -> bool:
+        """Whether a daemon of this Ray has died (the sweep cannot go on, or stop in order)."""
+        import psutil  # noqa: PLC0415
+
+        try:
+            return not all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in self.daemons)
+        except psutil.Error:
+            return True
+
+    def close(self) -> None:
+        from caffetool.sweep import reaper  # noqa: PLC0415
+
+        reaper.finish(self.reaper)
 
 
 class Interrupt:
@@ -36,9 +73,10 @@ class Interrupt:
 
 
 @contextmanager
-def interruptible(name: str, say: Callable[[str], None]) -> Iterator[Interrupt]:
+def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None = None) -> Iterator[Interrupt]:
     """Ctrl-C and SIGTERM while the sweep runs: the first marks the sweep interrupted and asks Tune
-    to stop (snapshots); the second raises KeyboardInterrupt (stop at once)."""
+    to stop (snapshots); the second, or the death of the ``local`` Ray meanwhile, raises
+    KeyboardInterrupt (stop at once)."""
     state = Interrupt()
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -47,10 +85,15 @@ def interruptible(name: str, say: Callable[[str], None]) -> Iterator[Interrupt]:
 
         try:
             if state.flags is not None:
-                ray.get(state.flags.interrupt.remote(), timeout=10)
+                ray.get(state.flags.interrupt.remote(), timeout=TELL_TIMEOUT)
         except Exception:  # noqa: BLE001 - the trials then record "stopped early": still resumable
             pass
         os.kill(os.getpid(), signal.SIGUSR1)  # Ray Tune's own "end the experiment" signal
+
+    def watch() -> None:
+        while local is not None and not local.broken():
+            time.sleep(WATCH_INTERVAL)
+        signal.raise_signal(signal.SIGINT)  # the second signal: stop at once
 
     def first(signum: int, frame: object) -> None:
         if state.event.is_set():
@@ -58,6 +101,8 @@ def interruptible(name: str, say: Callable[[str], None]) -> Iterator[Interrupt]:
         state.event.set()
         say(f"stopping sweep {name}: each running trial snapshots and stops (Ctrl-C again to stop at once)")
         threading.Thread(target=tell, daemon=True).start()
+        if local is not None:
+            threading.Thread(target=watch, daemon=True).start()
 
     # Tune's SIGINT handler is replaced by this one; its metric check would refuse the empty results
     # a trial gives while Caffe is between rows; its console output is replaced by the sweep's lines.
@@ -84,29 +129,66 @@ def interruptible(name: str, say: Callable[[str], None]) -> Iterator[Interrupt]:
 
 
 @contextmanager
-def connected(address: str | None, say: Callable[[str], None]) -> Iterator[None]:
-    """Ray for the sweep: the cluster at ``address``, or a local one shut down afterwards."""
+def connected(address: str | None, say: Callable[[str], None]) -> Iterator[LocalRay | None]:
+    """Ray for the sweep: the cluster at ``address``, or a local one (yielded) shut down afterwards."""
+    import psutil  # noqa: PLC0415
     import ray  # noqa: PLC0415
 
     from caffetool.sweep.trial import NAMESPACE  # noqa: PLC0415
 
     if ray.is_initialized():
-        yield  # a caller's own Ray (a test's cluster): used as it is, left running
+        yield None  # a caller's own Ray (a test's cluster): used as it is, left running
         return
     options: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": False, "configure_logging": True,
                                "logging_level": "ERROR"}
+    local = None
     if address:
+        _reachable(address)
         try:
             ray.init(address=address, **options)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise RunError(f"cannot connect to the Ray cluster at --address {address}: {e}; start one with "
                            "`ray start --head` (and `ray start --address HEAD:6379` on the other machines)") from None
     else:
+        before = {p.pid for p in psutil.Process().children()}
         ray.init(include_dashboard=False, **options)
+        local = LocalRay(before)
     try:
         resources = ray.cluster_resources()
         say(f"Ray: {int(resources.get('CPU', 0))} CPUs, {int(resources.get('GPU', 0))} GPUs on "
             f"{len([n for n in ray.nodes() if n.get('Alive')])} node(s)")
-        yield
+        yield local
     finally:
         ray.shutdown()
+        if local is not None:
+            local.close()
+
+
+def _reachable(address: str) -> None:
+    """Refuse at once a ``HOST:PORT`` nothing answers on (Ray itself would retry for a minute,
+    printing each retry); ``auto`` and ``ray://`` addresses are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT):
+            pass
+    except OSError as e:
+        raise RunError(f"cannot reach the Ray cluster at --address {address} ({e.strerror or e}); start one with "
+                       "`ray start --head` (and `ray start --address HEAD:6379` on the other machines)") from None
+
+
+def check_fits(cpus: float, gpus: float) -> None:
+    """Refuse a trial that no node of the connected cluster can hold (Tune would keep it pending
+    for ever): a trial's CPUs and GPUs are one node's."""
+    import ray  # noqa: PLC0415
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    most_cpus = max((r.get("CPU", 0) for r in nodes), default=0)
+    most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
+    if cpus > most_cpus:
+        raise RunError(f"--cpus-per-trial {cpus:g} is more than any node of the Ray cluster has (at most "
+                       f"{most_cpus:g} CPUs); a trial runs on one node: give {most_cpus:g} or fewer")
+    if gpus > most_gpus:
+        raise RunError(f"--gpus-per-trial {gpus:g} is more than any node of the Ray cluster has (at most "
+                       f"{most_gpus:g} GPUs)")

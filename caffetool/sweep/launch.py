@@ -21,6 +21,7 @@ report lists a trial whose run it cannot see with its parameters only.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,10 +72,17 @@ def check(plan: sweeprecord.Plan, engine: EngineInfo) -> spaces.Space:
                           f"{engine.prefix} was built CPU-only; use --cpus-per-trial")
     if plan.solver is not None and not Path(plan.solver).is_file():
         raise ConfigError(f"--solver {plan.solver} does not exist")
+    if plan.address is None:
+        _fits_here(plan)
+    if plan.solver is not None:
+        _check_project(plan, engine)
     space = spaces.build(plan.params, plan.fixed)
     if plan.samples > 1 and not space.sampled:
         raise ConfigError("--samples draws from ranges (log:, uniform:, int:); this sweep has only grids")
     plan.max_iter = max(_max_iter(plan, engine, trial) for trial in spaces.corners(space))
+    if plan.max_iter < 1:
+        raise ConfigError(f"{plan.solver}: max_iter {plan.max_iter} trains nothing; set max_iter (or --max-iter) "
+                          "to 1 or more")
     metric = spaces.parse_metric(plan.metric)
     tested = plan.fixed.get("test_interval") or any(p.name == "test_interval" for p in space.params)
     if plan.scheduler == "asha" and metric.net >= 0 and not tested and plan.solver is None:
@@ -89,6 +97,26 @@ def check(plan: sweeprecord.Plan, engine: EngineInfo) -> spaces.Space:
         if plan.grace >= plan.max_iter:
             raise ConfigError(f"--grace {plan.grace} must be below the trials' {plan.max_iter} iterations")
     return space
+
+
+def _fits_here(plan: sweeprecord.Plan) -> None:
+    """A trial of a local sweep must fit this machine, or Ray would keep it pending for ever."""
+    cpus = os.cpu_count() or 1
+    if plan.cpus_per_trial > cpus:
+        raise ConfigError(f"--cpus-per-trial {plan.cpus_per_trial:g} is more than this machine's {cpus} CPUs; a "
+                          f"trial runs on one machine: give {cpus} or fewer (or --address a cluster with larger nodes)")
+
+
+def _check_project(plan: sweeprecord.Plan, engine: EngineInfo) -> None:
+    """The user's solver as every trial will load it, before Ray starts: its fields, its nets, the
+    databases they read and their Python layers' modules (a sweep whose every trial would fail on
+    the same file is refused once, naming it)."""
+    from caffetool.nets import check, project  # noqa: PLC0415
+
+    caffe_pb2 = import_caffe(engine).proto.caffe_pb2
+    loaded = project.load(plan.solver, engine, caffe_pb2, cwd=Path(plan.cwd))
+    if project.has_python_layers(loaded):
+        check.python_layers(engine, Path(plan.cwd), str(plan.solver))
 
 
 def _max_iter(plan: sweeprecord.Plan, engine: EngineInfo, params: dict[str, Any]) -> int:
@@ -108,11 +136,15 @@ def start(plan: sweeprecord.Plan, engine: EngineInfo, runs_dir: Path, say: Calla
     if plan.solver is None and plan.address is None:
         # Fetched once here, so the trials of a local sweep do not all fetch at once.
         lookup.find(plan.dataset, plan.data_dir, fetch_missing=True, say=say)
-    sweep_dir = rundir.claim(runs_dir.absolute(), plan.name)
-    plan.name = sweep_dir.name
-    sweeprecord.update(sweep_dir, plan, status="running")
-    say(f"sweep {plan.name}: {_describe(plan, space)}")
-    return _run(plan, sweep_dir, say, lambda trainable: _tuner(plan, space, sweep_dir, trainable, say))
+
+    def begin() -> Path:
+        sweep_dir = rundir.claim(runs_dir.absolute(), plan.name)
+        plan.name = sweep_dir.name
+        sweeprecord.update(sweep_dir, plan, status="running")
+        say(f"sweep {plan.name}: {_describe(plan, space)}")
+        return sweep_dir
+
+    return _run(plan, begin, say, lambda sweep_dir, trainable: _tuner(plan, space, sweep_dir, trainable, say))
 
 
 def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = print,
@@ -123,32 +155,45 @@ def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = pri
         plan.address = address
     if not (sweep_dir / TUNE_DIR).is_dir():
         raise RunError(f"{sweep_dir} has no Ray Tune state ({TUNE_DIR}/) to resume from")
-    sweeprecord.update(sweep_dir, plan, status="running")
-    say(f"resuming sweep {plan.name}")
 
-    def restored(trainable: Any) -> Any:
+    def begin() -> Path:
+        sweeprecord.update(sweep_dir, plan, status="running")
+        say(f"resuming sweep {plan.name}")
+        return sweep_dir
+
+    def restored(sweep_dir: Path, trainable: Any) -> Any:
         from ray import tune  # noqa: PLC0415
 
         return tune.Tuner.restore(str(sweep_dir / TUNE_DIR), trainable=trainable, resume_unfinished=True,
                                   resume_errored=False, restart_errored=False)
 
-    return _run(plan, sweep_dir, say, restored)
+    return _run(plan, begin, say, restored)
 
 
-def _run(plan: sweeprecord.Plan, sweep_dir: Path, say: Callable[[str], None], make_tuner: Callable[[Any], Any]) -> Outcome:
+def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str], None],
+         make_tuner: Callable[[Path, Any], Any]) -> Outcome:
+    """Connect to Ray, check that a trial fits one of its nodes, then ``begin`` the sweep (its folder
+    and record) and run Tune to its end."""
     from caffetool.sweep import leaderboard  # noqa: PLC0415
 
     t0 = time.monotonic()
-    with cluster.connected(plan.address, say), cluster.interruptible(plan.name, say) as interrupted:
-        from caffetool.sweep.trial import NAMESPACE, SweepFlags, flags_name  # noqa: PLC0415
+    with cluster.connected(plan.address, say) as local:
+        cluster.check_fits(plan.cpus_per_trial, plan.gpus_per_trial)
+        sweep_dir = begin()
+        try:
+            with cluster.interruptible(plan.name, say, local) as interrupted:
+                from caffetool.sweep.trial import NAMESPACE, SweepFlags, flags_name  # noqa: PLC0415
 
-        ready = time.monotonic()
-        name = flags_name(plan.name)
-        interrupted.flags = SweepFlags.options(name=name, namespace=NAMESPACE).remote()  # type: ignore[attr-defined]
-        tuner = make_tuner(_trainable(plan, sweep_dir, name))
-        results = tuner.fit()
-        tune_trials = _tune_trials(results)
-        tuned = time.monotonic()
+                ready = time.monotonic()
+                name = flags_name(plan.name)
+                interrupted.flags = SweepFlags.options(name=name, namespace=NAMESPACE).remote()  # type: ignore[attr-defined]
+                tuner = make_tuner(sweep_dir, _trainable(plan, sweep_dir, name))
+                results = tuner.fit()
+                tune_trials = _tune_trials(results)
+                tuned = time.monotonic()
+        except KeyboardInterrupt:  # stopped at once: what was running resumes from its last snapshot
+            sweeprecord.update(sweep_dir, plan, status="interrupted", seconds=round(time.monotonic() - t0, 3))
+            raise
     status = "interrupted" if interrupted.is_set else "finished"
     seconds = round(time.monotonic() - t0, 3)
     timings = {"ray_start": round(ready - t0, 3), "tune": round(tuned - ready, 3),

@@ -93,7 +93,12 @@ def read_record(sweep_dir: Path) -> dict[str, Any]:
 
 def find(runs_dir: Path, name: str) -> Path:
     """A sweep by name (under ``runs_dir``) or by path."""
-    for candidate in (Path(name), runs_dir / name):
+    candidates = (Path(name), runs_dir / name)
+    for candidate in candidates:
         if (candidate / PLAN).is_file():
             return candidate.absolute()
+    for candidate in candidates:
+        if candidate.is_dir():
+            raise RunError(f"{candidate} has no {PLAN}, so it is no caffetool sweep (or its record was deleted); "
+                           "a sweep's folder is made by `caffetool sweep`")
     raise RunError(f"no sweep {name!r} (looked for {runs_dir / name}/{PLAN})")

@@ -180,8 +180,11 @@ class CaffeTrial(tune.Trainable):
             engine = locate(self.spec.engine_prefix, probe=False, gpus=self.spec.gpus > 0)
             engine.gpus = _own_gpus(engine.gpus)
             if (self.run_dir / rundir.MANIFEST).is_file():
-                return session.resume(engine, self.run_dir, progress=False, say=_quiet, on_metrics=self._rows,
-                                      stop=self.stop_request, record=self._record(node))
+                try:
+                    return session.resume(engine, self.run_dir, progress=False, say=_quiet, on_metrics=self._rows,
+                                          stop=self.stop_request, record=self._record(node))
+                except session.NothingToResume:
+                    rundir.release(self.run_dir)  # stopped before its first snapshot: the trial starts again
             if self.spec.solver is None:
                 with _node_lock(Path(self.spec.data_dir or "data")):  # one fetch per node at a time
                     lookup.find(self.spec.dataset, self.spec.data_dir, fetch_missing=True, say=_quiet,
@@ -281,13 +284,15 @@ def _quiet(message: str) -> None:
 
 @contextmanager
 def _node_lock(folder: Path) -> Iterator[None]:
+    """One trial at a time in ``folder`` on this node: an ``flock`` on the folder itself, which
+    leaves no lock file behind in the user's data folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".caffetool-fetch.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def spec_dict(spec: TrialSpec) -> dict[str, Any]:

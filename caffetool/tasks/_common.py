@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from invoke import Context, Exit
+from invoke import Context, Exit, Task
 from invoke import task as invoke_task
 
-from caffetool.errors import CaffetoolError
+from caffetool.errors import CaffetoolError, ConfigError
 from caffetool.tasks import settings
 
 
@@ -40,6 +40,18 @@ def reported() -> Iterator[None]:
         raise Exit(code=128 + signal.SIGPIPE) from None
 
 
+# Letters no option takes by itself: ``-h`` is help, and ``-`` is what Invoke picks for an option
+# whose letters are all taken (shown as ``--=STRING``, and set by ``--=2``).
+RESERVED_SHORT_FLAGS = frozenset({"h", "-"})
+
+
+class CaffetoolTask(Task):
+    """Invoke's ``Task``, with automatic short flags that are letters other than ``h``."""
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        return super().arg_opts(name, default, taken_names | RESERVED_SHORT_FLAGS)
+
+
 def task(*args: Any, **kwargs: Any) -> Any:
     """``invoke.task`` whose body runs under :func:`reported`, after the settings are checked.
 
@@ -48,21 +60,33 @@ def task(*args: Any, **kwargs: Any) -> Any:
     """
 
     def decorate(body: Callable[..., Any]) -> Any:
+        positional = kwargs.get("positional") or []
+
         @functools.wraps(body)
         def run(c: Context, *a: Any, **kw: Any) -> Any:
             previous = signal.signal(signal.SIGTERM, _interrupt)
             try:
                 with reported():
+                    _no_help_as_a_value({name: kw.get(name) for name in positional})
                     check_settings(c)
                     return body(c, *a, **kw)
             finally:
                 signal.signal(signal.SIGTERM, previous)
 
-        return invoke_task(run, **kwargs)
+        return invoke_task(run, klass=CaffetoolTask, **kwargs)
 
     if args and callable(args[0]) and not kwargs:
         return decorate(args[0])
     return decorate
+
+
+def _no_help_as_a_value(given: dict[str, Any]) -> None:
+    """Invoke gives ``TASK --help`` to a task whose positional argument is still missing as that
+    argument's value (``caffetool`` itself shows the help: :func:`caffetool.cli.help_first`)."""
+    for name, value in given.items():
+        if value == "--help":
+            raise ConfigError(f"--help came where {name.upper()} goes; for the task's options run "
+                              "`caffetool --help TASK` (or `invoke --help TASK`)")
 
 
 def check_settings(c: Context) -> None:

@@ -112,17 +112,19 @@ def convert(c: Context, images: str, labels: str, out: str, backend: str = "lmdb
     "shuffle": "shuffle the list with --seed (saved as train.txt/test.txt beside the databases)",
     "seed": "seed of --shuffle and --val-fraction (default 0)",
     "val_fraction": "fraction of the images, chosen with --seed, written to test_<backend> (0 to 1)",
-    "strict": "refuse a file OpenCV cannot read instead of naming and skipping it",
+    "strict": "refuse a file OpenCV cannot read (or a truncated JPEG) instead of naming and skipping (storing) it",
+    "mixed_sizes": "keep images of different sizes (for a net whose data layer crops them to one size); "
+                   "otherwise they are refused, and --resize-height/--resize-width give them one",
     "force": "replace the output folder if it exists",
 })
 def images(c: Context, root: str, list_: str | None = None, out: str | None = None, data_dir: str | None = None,
            backend: str = "lmdb", resize_height: str = "0", resize_width: str = "0", gray: bool = False,
            encoded: bool = False, encode_type: str = "", shuffle: bool = False, seed: str = "0",
-           val_fraction: str = "0", strict: bool = False, force: bool = False) -> None:
+           val_fraction: str = "0", strict: bool = False, force: bool = False, mixed_sizes: bool = False) -> None:
     """Write your own images into Caffe databases, record for record as convert_imageset does."""
     options = imageset.Options(number(resize_height, "--resize-height", int, minimum=0) or 0,
                                 number(resize_width, "--resize-width", int, minimum=0) or 0,
-                                gray, encoded, encode_type, backend)
+                                gray, encoded, encode_type, backend, mixed_sizes)
     fraction = number(val_fraction, "--val-fraction", minimum=0, maximum=1) or 0.0
     folder = Path(root).expanduser()
     target = (Path(out).expanduser() if out
@@ -133,6 +135,7 @@ def images(c: Context, root: str, list_: str | None = None, out: str | None = No
                              strict=strict, force=force, progress=True)
     for name, split in result.splits.items():
         skipped = f", {len(split.skipped)} skipped" if split.skipped else ""
+        skipped += f", {len(split.damaged)} damaged" if split.damaged else ""
         print(f"{name}: {split.count} images{skipped} in {result.path / f'{name}_{options.backend}'}")
     print(f"{len(result.classes)} classes in {result.path / layout.LABELS}")
 

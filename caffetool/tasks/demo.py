@@ -11,7 +11,8 @@ from caffetool.choices import PORT, Limit, bounded, choose, count, input_file, w
 from caffetool.demo import classifier as demo_classifier
 from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
-from caffetool.runs import rundir, snapshots
+from caffetool.runs import labels as label_file
+from caffetool.runs import runrecord, snapshots
 from caffetool.tasks._common import pick, task
 from caffetool.train import devices
 
@@ -72,7 +73,7 @@ def model_files(c: Context, run: str | None, deploy: str | None, weights: str | 
         raise ConfigError(f"only a --deploy model takes {', '.join(given)}; a run is fed with its own training "
                           "transform")
     runs_root = Path(pick(runs_dir, c.runs.dir))
-    run_dir = rundir.find(runs_root, run) if run else newest_run(runs_root)
+    run_dir = runrecord.find(runs_root, run) if run else newest_run(runs_root)
     files = demo_classifier.from_run(run_dir)
     if weights:
         files.weights = input_file(weights, "--weights")
@@ -124,7 +125,7 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
 
 
 @task(positional=["images"], help={**MODEL_HELP, "images": "image files, comma-separated, or a folder",
-                                   "top": "classes to show per image (default 5)",
+                                   "top": "classes to show per image (default 5, or every class of a net of fewer)",
                                    "annotate": "folder for labelled copies",
                                    "labelled": "score the images (accuracy, confusion matrix): IMAGES is a folder "
                                                "with one sub-folder per class (named as a label or its index), or "
@@ -134,7 +135,7 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
                                    "gpu": "cpu (default), auto or one GPU id: where pycaffe runs the model"})
 def classify(c: Context, images: str, run: str | None = None, deploy: str | None = None,
              weights: str | None = None, labels: str | None = None, mean: str | None = None,
-             scale: str | None = None, backend: str = "caffe", top: str = "5", annotate: str | None = None,
+             scale: str | None = None, backend: str = "caffe", top: str | None = None, annotate: str | None = None,
              runs_dir: str | None = None, labelled: bool = False, out: str | None = None,
              mean_values: str | None = None, channel_swap: str | None = None, raw_scale: str | None = None,
              image_dims: str | None = None, oversample: bool = False, gpu: str = "cpu") -> None:
@@ -157,6 +158,7 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
     paths = image_files(images)
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
     classifier = demo_classifier.load(engine, files, engine_kind, device=device)
+    shown = label_file.top_k(shown, len(classifier.labels))
     failures = 0
     for path in paths:
         try:
@@ -174,7 +176,7 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
         raise ImageError(f"{failures} file(s) could not be classified")
 
 
-def classify_labelled(c: Context, images: str, out: str | None, shown: int, annotate: Path | None,
+def classify_labelled(c: Context, images: str, out: str | None, shown: int | None, annotate: Path | None,
                       model: tuple, engine_kind: str, engine: EngineInfo, device: devices.PycaffeDevice) -> None:
     """``demo.classify IMAGES --labelled``: each image's line with its true class, then the scores."""
     from caffetool.demo import annotate as annotator  # noqa: PLC0415

@@ -19,6 +19,10 @@ from caffetool.tasks import settings
 from caffetool.tasks._common import pick, task
 
 
+SIDE_PREFIX = ("pycaffe: not linked into this Python (a side prefix: `import caffe` stays with the default engine; "
+               "--link-python makes it use this one)")
+
+
 @task(
     iterable=["cmake_arg"],
     help={
@@ -37,6 +41,8 @@ from caffetool.tasks._common import pick, task
         "stock": "BVLC Caffe without caffetool's tuning (serial CPU layers), e.g. in a side --prefix to compare speed",
         "blas": "BLAS library: openblas (Debian's OpenMP build) or mkl (Intel MKL from PyPI's wheels, x86-64)"
                 f" (default: {DEFAULT_BLAS} for a CPU engine, openblas with --cuda)",
+        "link_python": "make this Python's `import caffe` use the engine at --prefix (done anyway when --prefix "
+                       "is the default engine's: engine.prefix, $CAFFE_ROOT, or the user data dir)",
         "test_suite": "also build and run Caffe's own CPU test suite (about 1,160 tests, on 1 thread and on every "
                       "core) before installing; a failure installs nothing (adds about 5 minutes on 2 cores)",
     },
@@ -45,20 +51,28 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
             cuda: bool = False, cudnn: bool = False, nccl: bool = False, cuda_arch: str = "",
             cmake_arg: list[str] | None = None, jobs: str | None = None, force: bool = False,
             bundle: str | None = None, sha256: str | None = None, stock: bool = False,
-            blas: str | None = None, test_suite: bool = False) -> None:
-    """Build BVLC Caffe from Debian's pinned source and install it (idempotent), or install a bundle."""
+            blas: str | None = None, test_suite: bool = False, link_python: bool = False) -> None:
+    """Build BVLC Caffe from Debian's pinned source and install it (idempotent), or install a bundle.
+
+    Only the default engine (or ``--link-python``) becomes this Python's ``import caffe``: a side
+    prefix (a stock engine to compare with, another BLAS) leaves it alone, so removing that prefix
+    later breaks nothing."""
     workers = bounded(pick(jobs, c.engine.jobs), "--jobs", settings.JOBS)
     library = BLAS[choose(blas, BLAS, "--blas")] if blas else ""
-    writable_folder(config.engine_prefix(pick(prefix, c.engine.prefix)), "--prefix", "engine.prefix")
+    target = config.engine_prefix(pick(prefix, c.engine.prefix))
+    writable_folder(target, "--prefix", "engine.prefix")
+    link = link_python or target == config.engine_prefix(c.engine.prefix)
     if bundle:
         from caffetool.engine import bundle as bundles  # noqa: PLC0415
 
-        done = bundles.install(bundle, pick(prefix, c.engine.prefix), sha256=sha256, force=force)
+        done = bundles.install(bundle, target, sha256=sha256, force=force, link=link)
         for note in done.notes:
             print(f"note: {note}")
         verb = "already installed" if done.cached else "installed from"
         print(f"Caffe {done.engine.version} {verb} {Path(bundle).name} at {done.engine.prefix} "
               f"({done.seconds:.1f} s)")
+        if not link:
+            print(SIDE_PREFIX)
         return
     cuda = cuda or cudnn or nccl
     if cuda and library == BLAS["mkl"]:
@@ -72,18 +86,19 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
         blas=library,
     )
     result = engine_install.install(
-        prefix=pick(prefix, c.engine.prefix),
+        prefix=target,
         options=options,
         source_location=pick(source, c.engine.source),
         debian_mirror=pick(debian_mirror, c.engine.debian_mirror),
         jobs=workers,
         force=force,
         test_suite=test_suite,
+        link=link,
     )
-    report(result)
+    report(result, link)
 
 
-def report(result: engine_install.InstallResult) -> None:
+def report(result: engine_install.InstallResult, linked: bool = True) -> None:
     """One line on what install did (or found), one on pycaffe."""
     engine = result.engine
     if result.cached:
@@ -93,6 +108,9 @@ def report(result: engine_install.InstallResult) -> None:
         t = engine.manifest["timings_s"]
         print(f"Caffe {engine.version} installed at {engine.prefix} in {result.seconds:.0f} s "
               f"(fetch {t['fetch']} s, configure {t['configure']} s, compile {t['compile']} s)")
+    if not linked:
+        print(SIDE_PREFIX)
+        return
     print(f"pycaffe: {'imports' if engine.pycaffe else 'does not import: ' + str(engine.pycaffe_error)}")
 
 

@@ -9,6 +9,7 @@ from invoke import Collection, Exit
 
 from caffetool.choices import input_file, writable_folder
 from caffetool.engine import locate
+from caffetool.errors import RunError
 from caffetool.sweep import launch, leaderboard, sweeprecord
 from caffetool.tasks._common import pick, task
 from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
@@ -81,6 +82,9 @@ def finish(outcome: launch.Outcome, metric: str) -> None:
     if outcome.status == "interrupted":
         print(f"continue:   caffetool sweep.resume {outcome.sweep_dir.name}")
         raise Exit(code=130)
+    if outcome.trials and all(r["status"] == "failed" for r in outcome.trials):
+        raise RunError(f"every trial of sweep {outcome.sweep_dir.name} failed ({len(outcome.trials)} of "
+                       f"{len(outcome.trials)}); the first: {outcome.trials[0].get('message') or 'no message'}")
 
 
 ns = Collection("sweep", run, resume, report_)

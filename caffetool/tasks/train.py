@@ -13,7 +13,7 @@ from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.nets import builders, declaration, prototxt
 from caffetool.nets.solver import SolverOptions
-from caffetool.runs import metrics_io, ownership, rundir
+from caffetool.runs import metrics_io, ownership, runrecord
 from caffetool.runs.logparse import parse_file
 from caffetool.tasks import settings
 from caffetool.tasks._common import pick, task
@@ -25,7 +25,7 @@ THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_
 
 
 @task(default=True, iterable=["stepvalue"], help={
-    "model": "model name (invoke model.list)", "dataset": "data set (fetched if missing), or a folder made by data.images",
+    "model": "model name (invoke model.list; default lenet)", "dataset": "data set (fetched if missing), or a folder made by data.images",
     "gpu": "auto, cpu, all, or GPU ids like 0,1", "name": "run name (default: a timestamp)",
     "weights": ".caffemodel to start from (fine-tuning)", "batch_size": "training batch size",
     "test_batch_size": "test batch size", "data_dir": "where data sets are", "runs_dir": "where runs go",
@@ -36,16 +36,17 @@ THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_
     **solver_help(without=("mode",)),
 })
 @takes_solver_flags(without=("mode",))
-def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "auto", name: str | None = None,
+def run(c: Any, model: str | None = None, dataset: str | None = None, gpu: str = "auto", name: str | None = None,
         weights: str | None = None, batch_size: str | None = None, test_batch_size: str | None = None,
         data_dir: str | None = None, runs_dir: str | None = None, solver: str | None = None,
         labels: str | None = None, deploy: str | None = None, threads: str | None = None, *,
         solver_flags: dict[str, Any]) -> None:
     """Train with the real `caffe train`: live progress, full run record, curves."""
+    _check_solver_flags(solver, {"--model": model, "--dataset": dataset}, {"--labels": labels, "--deploy": deploy})
     options = SolverOptions.from_flags(**solver_flags)
     cpu_threads.apply(bounded(threads, "--threads", settings.THREADS))
     request = session.TrainRequest(
-        model=model, dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
+        model=model or "lenet", dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
         weights=weights, batch=count(batch_size, "--batch-size"),
         test_batch=count(test_batch_size, "--test-batch-size"),
         data_dir=writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"),
@@ -53,6 +54,17 @@ def run(c: Any, model: str = "lenet", dataset: str | None = None, gpu: str = "au
         solver=solver, labels=labels, deploy=deploy, type_given=solver_flags["type"] is not None)
     result = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     finish(result)
+
+
+def _check_solver_flags(solver: str | None, generated: dict[str, Any], own: dict[str, Any]) -> None:
+    """Refuse flags that the kind of run asked for would ignore: a ``--solver`` run trains what its
+    file names; a generated run writes its own deploy net and takes its data set's labels."""
+    if given := [flag for flag, value in (generated if solver else own).items() if value is not None]:
+        flags = " and ".join(given)
+        raise ConfigError(f"--solver trains the net and data its file names, so {flags} would be ignored: drop "
+                          f"{flags} (or --solver)" if solver else
+                          f"{flags} go with --solver; a run of --model writes its own deploy net and takes its "
+                          "data set's labels")
 
 
 def finish(result: session.TrainResult) -> None:
@@ -81,7 +93,7 @@ def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None =
     """Continue a run from its newest complete snapshot."""
     iterations = count(max_iter, "--max-iter")
     cpu_threads.apply(bounded(threads, "--threads", settings.THREADS))
-    run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
+    run_dir = runrecord.find(Path(pick(runs_dir, c.runs.dir)), run)
     result = session.resume(locate(c.engine.prefix, probe=False, gpus=True), run_dir, iterations)
     finish(result)
 
@@ -92,7 +104,7 @@ def test_(c: Any, run: str, weights: str | None = None, iterations: str | None =
           runs_dir: str | None = None) -> None:
     """Run `caffe test` on every test net of a run, on its final (or given) weights, and record the outputs."""
     batches = count(iterations, "--iterations")
-    run_dir = rundir.find(Path(pick(runs_dir, c.runs.dir)), run)
+    run_dir = runrecord.find(Path(pick(runs_dir, c.runs.dir)), run)
     chosen = input_file(weights, "--weights") if weights else None
     records = session.test(locate(c.engine.prefix, probe=False, gpus=True), run_dir, chosen, batches)
     for r in records:
@@ -151,7 +163,7 @@ def report_(c: Any, runs: str, out: str | None = None, runs_dir: str | None = No
 
     runs_root = Path(pick(runs_dir, c.runs.dir))
     names = [r for r in runs.replace(",", " ").split() if r]
-    manifests = [ownership.settle(rundir.find(runs_root, r)) for r in names]
+    manifests = [ownership.settle(runrecord.find(runs_root, r)) for r in names]
     if not manifests:
         raise ConfigError("name at least one run: invoke train.report RUN[,RUN...]")
     cells = comparison.table(manifests)

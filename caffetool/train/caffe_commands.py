@@ -38,7 +38,7 @@ def caffe_test(engine: EngineInfo, run_dir: Path, weights: Path, iterations: int
     mean files) resolve against ``run_dir``, as they do for the ``caffe train`` run there."""
     argv = [str(engine.caffe), "test", f"-model={model}", f"-weights={weights}",
             f"-iterations={iterations}", f"-level={level}", *_device(gpu_flag)]
-    done = run_checked(argv, what="caffe test", cwd=run_dir, env=caffe_env())
+    done = run_checked(argv, what="caffe test", cwd=run_dir, env=caffe_env(engine.prefix))
     messages = [line.message for line in glog.lines(done.stderr)]
     # Per-batch outputs come first; the means follow the "Loss:" line.
     at = next((i for i, message in enumerate(messages) if LOSS_LINE.match(message)), len(messages))

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from caffetool import glog
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffetoolError, RunError
@@ -192,8 +193,12 @@ class Supervisor:
                               f"{m.iteration if at is None else at} ({where}); continue with "
                               "`caffetool train.resume RUN`", samples, seconds)
         if code != 0 or m.fatal:
-            fatal = f"Caffe stopped: {m.fatal}" if m.fatal else f"caffe train ended ({exit_status(code)})"
-            return RunOutcome("failed", code, m, fatal + "\nlast log lines:\n  " + "\n  ".join(list(self.tail)[-6:]),
+            if m.python_error and not m.fatal:
+                fatal = python_layer_failure(m.python_error, code)
+            else:
+                fatal = f"Caffe stopped: {m.fatal}" if m.fatal else f"caffe train ended ({exit_status(code)})"
+            shown = [line for line in self.tail if not glog.STACK_DUMP.match(line)][-6:]
+            return RunOutcome("failed", code, m, fatal + "\nlast log lines:\n  " + "\n  ".join(shown),
                               samples, seconds)
         return RunOutcome("finished", code, m, "finished", samples, seconds)
 
@@ -204,6 +209,17 @@ class Supervisor:
     def _signal(self, sig: int) -> None:
         if self.process.poll() is None:
             os.kill(self.process.pid, sig)
+
+
+# What libcaffe prints when a Python layer raised and Caffe did not print the exception (one raised
+# in the layer's ``setup``, ``reshape``, ``forward`` or ``backward``, unlike a failed import).
+PYTHON_ABORT = "boost::python::error_already_set"
+
+
+def python_layer_failure(error: str, code: int) -> str:
+    """A failed run's message for an exception ``error`` a Python layer raised."""
+    return (f"a Python layer raised {error} (Caffe aborted: {exit_status(code)}); put the layer's module on "
+            "PYTHONPATH, or correct its python_param")
 
 
 def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
@@ -223,7 +239,7 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     start = time.monotonic()
     try:
         process = subprocess.Popen(argv, cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="replace", env=caffe_env(), start_new_session=True,
+                                   errors="replace", env=caffe_env(Path(argv[0]).parents[1]), start_new_session=True,
                                    preexec_fn=dies_with_parent())
     except OSError as e:
         raise RunError(f"could not start {argv[0]}: {e.strerror}") from None

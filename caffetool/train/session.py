@@ -24,8 +24,8 @@ from caffetool import fsio
 from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, cpu_threads, cudnn_settings, import_caffe
 from caffetool.engine.locate import caffe_env
-from caffetool.errors import CaffeRefused, ConfigError, RunError
-from caffetool.nets import declaration, generate, project, prototxt
+from caffetool.errors import CaffeRefused, CaffetoolError, ConfigError, PythonLayerError, RunError
+from caffetool.nets import check, declaration, generate, project, prototxt
 from caffetool.nets import solver as solvers
 from caffetool.runs import metrics_io, ownership, rundir, runrecord, snapshots
 from caffetool.runs.logparse import LogParser, Metrics, parse_file
@@ -99,6 +99,8 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         if chosen.gpu:
             _preflight(engine, prototxt.read(generated.files[generate.TRAIN_VAL], caffe_pb2.NetParameter()), dataset.shape,
                        options.type, options.iter_size, say)
+        if req.weights:
+            _check_weights(engine, run_dir, Path(req.weights), say)
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
                                        str(Path(req.weights).absolute()) if req.weights else None)
         record = _open_record(engine, run_dir, model.name, dataset, chosen, started, t0, req, argv, solver_msg,
@@ -118,13 +120,18 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
         if given and not Path(given).is_file():
             raise ConfigError(f"{flag} {given} does not exist")
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
+    if req.deploy:
+        project.check_deploy(Path(req.deploy), caffe_pb2)
     loaded = project.load(req.solver, engine, caffe_pb2)
     device_notice = project.override(loaded, options, chosen.gpu, caffe_pb2, req.type_given)
     project.set_batches(loaded, req.batch, req.test_batch, caffe_pb2)
+    project.check(loaded, caffe_pb2)
     for notice in [*loaded.notices, *([device_notice] if device_notice and not chosen.notice else [])]:
         say(notice)
     files = project.checksums(loaded.reads + [Path(p) for p in (req.weights, req.deploy, req.labels) if p])
     shape = project.data_shape(loaded.train_net, caffe_pb2)
+    if project.has_python_layers(loaded):
+        check.python_layers(engine, Path.cwd(), str(loaded.source))
     if chosen.gpu and shape is None and any(layer.type == "Data" for layer in loaded.train_net.layer):
         say("no memory check before training: the size of the Data layer's images is unknown (encoded records)")
     elif chosen.gpu:
@@ -140,6 +147,8 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
             fsio.write_atomic(run_dir / generate.DEPLOY, prototxt.to_text(derived))
         if req.labels:
             shutil.copyfile(req.labels, run_dir / layout.LABELS)
+        if req.weights:
+            _check_weights(engine, run_dir, Path(req.weights), say)
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
                                        str(Path(req.weights).absolute()) if req.weights else None)
         s = loaded.solver
@@ -154,13 +163,31 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
     return _started(result, str(req.solver))
 
 
+def _check_weights(engine: EngineInfo, run_dir: Path, weights: Path, say: Callable[[str], None],
+                   complete: bool = False) -> None:
+    """Refuse ``weights`` that hold nothing for the run's train net (Caffe would train from scratch
+    without a word, :mod:`caffetool.nets.weights`); name the layers that start from their fillers."""
+    fresh = check.validate(engine, run_dir, generate.SOLVER, weights=str(weights.absolute()), complete=complete)["fresh"]
+    if fresh:
+        say(f"{weights.name} has no weights for {', '.join(fresh)}: {'it starts' if len(fresh) == 1 else 'they start'} "
+            "from the net's fillers")
+
+
+class NothingToResume(RunError):
+    """A run stopped before its first complete snapshot: there is nothing to continue from."""
+
+
 def _started(result: TrainResult, what: str) -> TrainResult:
     """``result``, unless Caffe refused ``what`` before its first iteration: that is a validation
-    failure, and the run never started, so its directory goes."""
-    if result.outcome.status == "failed" and result.outcome.metrics.started is None:
-        rundir.release(result.run_dir)
-        fatal = result.outcome.metrics.fatal or result.outcome.message
-        raise CaffeRefused(f"Caffe refused {what}: {fatal}")
+    failure (a ``CHECK`` that failed), and the run never started, so its directory goes. A Caffe
+    that crashed while setting up (a Python layer's exception, a signal) is a failed run: its
+    record and ``caffe.log`` stay for the user to read."""
+    m = result.outcome.metrics
+    if result.outcome.status == "failed" and m.started is None:
+        if m.fatal:
+            rundir.release(result.run_dir)
+            raise CaffeRefused(f"Caffe refused {what}: {m.fatal}")
+        raise RunError(f"{result.outcome.message}\nthe run's record and caffe.log are in {result.run_dir}")
     return result
 
 
@@ -191,8 +218,7 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     (``record`` replaces those entries of the manifest).
     """
     t0 = time.monotonic()
-    manifest = ownership.settle(run_dir)
-    ownership.take(run_dir, manifest)
+    manifest = ownership.claim(run_dir)
     run = runrecord.Record(run_dir, manifest)
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     solver_file = run_dir / generate.SOLVER
@@ -200,16 +226,15 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     start = snapshots.newest_complete(run_dir, caffe_pb2, msg.type or "SGD",
                                       skipped=lambda snap, why: say(f"not resuming from {snap.name}: {why}"))
     if start is None or start.state is None:
-        raise RunError(f"{run_dir} has no complete .solverstate snapshot to resume from")
+        raise NothingToResume(f"{run_dir} has no complete .solverstate snapshot to resume from")
     if max_iter is not None:
         msg.max_iter = max_iter
         fsio.write_atomic(solver_file, prototxt.to_text(msg), RunError)
     chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
     state = str(start.state.relative_to(run_dir))
     argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag, snapshot=state)
-    manifest.setdefault("resumes", []).append({"at": runrecord.now(), "from": state, "max_iter": msg.max_iter,
-                                                "caffe_command": argv})
-    manifest.update(record or {})
+    resumed = {"at": runrecord.now(), "from": state, "max_iter": msg.max_iter, "caffe_command": argv}
+    run.update(resumes=[*manifest.get("resumes", []), resumed], **(record or {}))
     say(f"resuming {run_dir.name} from {start.state.name} up to iteration {msg.max_iter}")
     return _train_and_record(argv, run, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True,
                              engine=engine, on_metrics=on_metrics, stop=stop)
@@ -227,6 +252,8 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
     chosen_weights = Path(weights) if weights else snapshots.newest_weights(run_dir, caffe_pb2)
     if chosen_weights is None:
         raise RunError(f"{run_dir} has no .caffemodel yet; give --weights FILE")
+    if weights:
+        _check_weights(engine, run_dir, chosen_weights, print, complete=True)
     nets = final_test.test_nets(run_dir / generate.SOLVER, run_dir, caffe_pb2)
     if not nets:
         raise RunError(f"{run_dir / generate.SOLVER} has no test net (no test_iter); nothing to test")
@@ -237,10 +264,9 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
         final_test.keep_log(run_dir, f"train.test of test net #{t.index} on {chosen_weights.name}", result.log)
         records.append(TestRecord(chosen_weights, t.index, result.batches, result.outputs))
     at = dt.datetime.now().isoformat(timespec="seconds")
-    manifest.setdefault("tests", []).extend(
+    runrecord.update(run_dir, lambda manifest: manifest.setdefault("tests", []).extend(
         {"at": at, "weights": str(chosen_weights), "net": r.net, "batches": r.batches, "outputs": r.outputs}
-        for r in records)
-    runrecord.write(run_dir, manifest)
+        for r in records))
     return records
 
 
@@ -279,6 +305,8 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     finally:
         ownership.give_back_room(run_dir)
     m = outcome.metrics
+    if outcome.status == "failed" and not m.fatal and not m.python_error and _python_abort(run_dir):
+        outcome = _named_python_error(engine, run_dir, outcome)
     timings = {
         "setup": manifest.get("timings_s", {}).get("setup", 0.0),
         "training": round(max(0.0, outcome.seconds - m.testing_seconds), 3),
@@ -305,6 +333,30 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
         events.discard()
         say(f"the run's outcome is recorded, but not all of its TensorBoard events: {e}")
     return TrainResult(run_dir, outcome, manifest, snapshots.newest_weights(run_dir, caffe_pb2))
+
+
+def _python_abort(run_dir: Path) -> bool:
+    """Whether the log ends with libcaffe's abort on a Python exception that Caffe did not print."""
+    try:
+        with open(run_dir / runner.LOG, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 16384))
+            return runner.PYTHON_ABORT.encode() in f.read()
+    except OSError:
+        return False
+
+
+def _named_python_error(engine: EngineInfo, run_dir: Path, outcome: runner.RunOutcome) -> runner.RunOutcome:
+    """``outcome`` with the Python layer's exception named: Caffe aborts without printing one raised in
+    a layer's ``setup`` or passes, so the run's nets are built again in pycaffe (a child, as Caffe
+    runs them), where the exception reaches Python and its last line is read."""
+    try:
+        check.validate(engine, run_dir, generate.SOLVER)
+    except PythonLayerError as e:
+        outcome.metrics.python_error = e.error
+        outcome.message = runner.python_layer_failure(e.error, outcome.exit_code or 0)
+    except CaffetoolError:
+        pass  # the nets build in pycaffe: the run's own message stands
+    return outcome
 
 
 def _measure_final(engine: EngineInfo, argv: list[str], run_dir: Path, m: Metrics, caffe_pb2: ModuleType,

@@ -1,8 +1,9 @@
-"""What decoding an upload would cost, read from its header by Pillow before any pixel is decoded.
+"""What decoding an image would cost, read from its header by Pillow before any pixel is decoded.
 
 A few hundred bytes of JPEG can declare 30,000 x 30,000 pixels, and 300 KB of PNG 6,300 x 6,300
 pixels of 16-bit RGBA (317 MB once decoded): the header says so, and reading it first lets the demo
-refuse such a file without allocating its pixels. Pillow opens files lazily — size, mode and raw
+refuse such an upload, and ``data.images`` such a file, without allocating its pixels
+(:func:`over_limits`, with the limits both use: :data:`MAX_PIXELS`, :data:`MAX_DECODED_BYTES`). Pillow opens files lazily — size, mode and raw
 mode come from the header; pixels only on ``load()``, which is never called here.
 
 Only PNG, JPEG, GIF, BMP and WebP are read. Each begins with a signature that no other format
@@ -25,6 +26,9 @@ from dataclasses import dataclass
 
 from PIL import BmpImagePlugin, GifImagePlugin, ImageFile, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
 from PIL.Image import DecompressionBombError
+
+MAX_PIXELS = 40_000_000
+MAX_DECODED_BYTES = 120_000_000  # a 40-megapixel 8-bit colour image; 15 megapixels of 16-bit RGBA
 
 FORMATS: dict[str, type[ImageFile.ImageFile]] = {
     "PNG": PngImagePlugin.PngImageFile,
@@ -62,6 +66,18 @@ def read(data: bytes) -> Header | None:
         if image is not None:
             with image:
                 return Header(name, image.width, image.height, _channels(image), _sample_bits(image))
+    return None
+
+
+def over_limits(header: Header, max_pixels: int = MAX_PIXELS, max_decoded_bytes: int = MAX_DECODED_BYTES) -> str | None:
+    """Why decoding the image ``header`` describes would cost too much, or None."""
+    size = f"{header.width}x{header.height} pixels"
+    if header.pixels > max_pixels:
+        return f"image of {size} is over the limit of {max_pixels:,} pixels"
+    if header.decoded_bytes > max_decoded_bytes:
+        channels = f"{header.channels} channel{'s' if header.channels > 1 else ''} of {header.sample_bits} bits"
+        return (f"image of {size}, {channels}, decodes to {header.decoded_bytes:,} bytes, over the limit of "
+                f"{max_decoded_bytes:,} bytes")
     return None
 
 
