@@ -6,19 +6,34 @@ one message shape: ``<what> failed (exit 1): <why>``. :func:`last_lines` is the 
 *why*: the glog ``F`` line when Caffe aborted on a check (the cause, however much followed it),
 otherwise the last few lines of output. Long-running children watched line by line (``caffe
 train``, ``make``) are not run here; they use :func:`last_lines` and :func:`exit_status` for their
-messages.
+messages. :func:`parent_death_signal` is the one way a child ends with its parent (Linux's
+``PR_SET_PDEATHSIG``): Caffe under ``train``, the demo's server workers.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from caffetool import glog
 from caffetool.errors import CaffetoolError, RunError
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def parent_death_signal(signum: int) -> Callable[[], None]:
+    """A call that has the kernel send ``signum`` to the calling process when its parent dies.
+
+    ``prctl`` is looked up now and only called later, so the call is safe in a ``preexec_fn``
+    (between fork and exec nothing may be loaded). A parent that died before the call sends
+    nothing: the caller compares ``os.getppid()`` with the parent it expected afterwards.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(PR_SET_PDEATHSIG, int(signum))
 
 
 def last_lines(text: str, n: int = 4) -> str:

@@ -306,3 +306,75 @@ def test_browser_upload_and_drawing(server, test_images, tmp_path):
         finally:
             browser.close()
     assert os.path.getsize(tmp_path / "page.png") > 1000
+
+
+def test_a_5000_character_boundary_is_a_json_422(server):
+    boundary = "b" * 5000
+    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="f"; filename="a.png"\r\n\r\nabc\r\n'
+            f'--{boundary}--\r\n').encode()
+    r = httpx.post(f"{server}/api/classify", content=body,
+                   headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/json"
+    assert r.json()["error"] == "the multipart boundary is 5000 characters long; RFC 2046 allows at most 70"
+
+
+@pytest.mark.parametrize("length", ["-5", "12x", "99999999999999999999999"])
+def test_a_content_length_lie_is_a_json_400(server, length):
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(f"POST /api/classify HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\nabc".encode())
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), answer
+    assert body.startswith(b'{"error": "invalid HTTP request: ')
+
+
+def test_links_in_a_run_are_not_followed_and_a_damaged_manifest_names_no_server_path(trained_run, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "eval").mkdir(parents=True)
+    secret = cv2.imencode(".png", np.full((8, 8), 255, np.uint8))[1].tobytes()
+    (outside / "secret.png").write_bytes(secret)
+    (outside / "eval" / "confusion.png").write_bytes(secret)
+    (outside / "eval" / "summary.json").write_text('{"split": "test", "top1": 1.0}')
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, symlinks=True, ignore=shutil.ignore_patterns("eval"))
+    shutil.rmtree(run / "plots")
+    (run / "plots").symlink_to(outside)
+    (run / "eval").mkdir()
+    (run / "eval" / "linked").symlink_to(outside / "eval")
+    port = free_port()
+    child = start_server(["--run", str(run)], port)
+    try:
+        assert child.poll() is None, child.stderr.read()
+        summary = httpx.get(f"http://127.0.0.1:{port}/api/run").json()
+        assert summary["plots"] == [] and summary["evaluation"] is None
+        for url in ("/run/plots/secret.png", "/run/eval/confusion.png"):
+            assert httpx.get(f"http://127.0.0.1:{port}{url}").status_code == 404
+        (run / "manifest.json").write_text('{"status": ')
+        r = httpx.get(f"http://127.0.0.1:{port}/api/run")
+        assert r.status_code == 503 and str(tmp_path) not in r.text
+        assert r.json()["error"] == "the run's manifest.json cannot be read; `caffetool train.report run` on the " \
+                                    "server says why"
+    finally:
+        stop(child)
+
+
+def test_sigkill_of_a_server_with_workers_takes_the_workers_along(trained_run):
+    import psutil
+
+    port = free_port()
+    child = start_server(["--run", str(trained_run), "--workers", "2"], port)
+    try:
+        assert child.poll() is None, child.stderr.read()
+        workers = psutil.Process(child.pid).children(recursive=True)
+        assert len(workers) >= 2
+        child.kill()
+        child.wait(10)
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        assert alive == [], [p.cmdline() for p in alive]
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+    finally:
+        stop(child)

@@ -1,7 +1,9 @@
 """Starting the demo server: options checked and the model loaded (and checked) before the port opens.
 
 With ``workers > 1`` uvicorn starts that many processes; each loads the model itself (nets are
-not shared across processes), from the description passed in an environment variable.
+not shared across processes), from the description passed in an environment variable, and ends
+when the server's main process dies, even by SIGKILL (nothing then would stop it, and it would keep
+the port).
 Connections are held by :class:`.protocol.DeadlineProtocol`: idle ones are closed after
 ``KEEP_ALIVE_TIMEOUT`` seconds, requests not received within its ``request_timeout`` get 408.
 The demo has no authentication: bound to anything but loopback, it says so.
@@ -13,6 +15,7 @@ import dataclasses
 import ipaddress
 import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
+from caffetool import proc
 from caffetool.choices import PORT
 from caffetool.demo import classifier as demo_classifier
 from caffetool.demo.protocol import DeadlineProtocol
@@ -47,7 +51,7 @@ def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, h
         uvicorn.run(create_app(classifier, max_body, caffe_pb2), **uvicorn_options(host, port))
         return
     os.environ[CONFIG_VARIABLE] = json.dumps({
-        "prefix": str(engine.prefix), "backend": backend, "max_body": max_body, "gpu": device.gpu,
+        "prefix": str(engine.prefix), "parent": os.getpid(), "backend": backend, "max_body": max_body, "gpu": device.gpu,
         "device": device.label,
         "files": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()},
     })
@@ -101,6 +105,9 @@ def uvicorn_options(host: str, port: int) -> dict[str, Any]:
 def app_from_environment() -> Starlette:
     """uvicorn worker entry point: rebuild the app from CONFIG_VARIABLE (already validated)."""
     config = json.loads(os.environ[CONFIG_VARIABLE])
+    proc.parent_death_signal(signal.SIGTERM)()  # uvicorn's own graceful stop
+    if os.getppid() != config["parent"]:
+        os.kill(os.getpid(), signal.SIGTERM)
     f = config["files"]
     files = demo_classifier.ModelFiles(**{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v)
                                           for k, v in f.items()})

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from caffetool.errors import ImageError
 
 MAX_NAME = 200  # characters of a client's file name echoed back
+MAX_BOUNDARY = 70  # characters of a boundary (RFC 2046, section 5.1.1)
 
 
 class BadMultipart(ImageError):
@@ -44,6 +45,9 @@ def uploads(content_type: str, body: bytes, max_files: int | None = None) -> lis
     boundary = options.get(b"boundary")
     if not boundary:
         raise BadMultipart("multipart body without a boundary")
+    if len(boundary) > MAX_BOUNDARY:
+        raise BadMultipart(f"the multipart boundary is {len(boundary)} characters long; RFC 2046 allows at most "
+                           f"{MAX_BOUNDARY}")
     files = [part for part in _parts(boundary, body) if part.data]
     if not files:
         raise BadMultipart("the multipart body holds no file")
@@ -85,13 +89,13 @@ def _parts(boundary: bytes, body: bytes) -> list[Upload]:
     def on_part_end() -> None:
         parts.append(Upload(_file_name(headers.get(b"content-disposition", b"")), bytes(data.pop())))
 
-    parser = MultipartParser(boundary, {
-        "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
-        "on_header_end": on_header_end, "on_part_data": on_part_data, "on_part_end": on_part_end})
     try:
+        parser = MultipartParser(boundary, {
+            "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
+            "on_header_end": on_header_end, "on_part_data": on_part_data, "on_part_end": on_part_end})
         parser.write(body)
         parser.finalize()
-    except MultipartParseError as e:
+    except FormParserError as e:
         raise BadMultipart(f"malformed multipart body: {e}") from None
     if data:
         raise BadMultipart("the multipart body ends inside a part, before its closing boundary")

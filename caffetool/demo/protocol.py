@@ -5,7 +5,9 @@ but waits without limit for a new connection's first byte, and for a request tha
 a minute; it has no setting for either. Here a new connection gets the keep-alive time to start a
 request, and every request, from its first byte to the end of its body, gets ``request_timeout``
 seconds; past that the client is told 408 (as JSON, like every error of the demo) and the
-connection is closed. A 10 MB body (the default ``--max-body``) then needs about 3 Mbit/s.
+connection is closed. A 10 MB body (the default ``--max-body``) then needs about 3 Mbit/s. A request
+the HTTP parser refuses (a body longer than its Content-Length, a malformed request line) is
+answered 400 in the same JSON, not in uvicorn's plain text.
 """
 
 from __future__ import annotations
@@ -61,7 +63,12 @@ class DeadlineProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         if self._may_answer():
-            self.transport.write(_timeout_response(self.request_timeout))
+            self.transport.write(_json_response(408, "Request Timeout",
+                                                f"request not received within {self.request_timeout:g} s"))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        self.transport.write(_json_response(400, "Bad Request", f"invalid HTTP request: {msg}"))
         self.transport.close()
 
     def _may_answer(self) -> bool:
@@ -75,8 +82,9 @@ class DeadlineProtocol(HttpToolsProtocol):
         return not self.pipeline and not self.cycle.response_started
 
 
-def _timeout_response(seconds: float) -> bytes:
-    body = json.dumps({"error": f"request not received within {seconds:g} s"}).encode()
-    head = (f"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+def _json_response(status: int, reason: str, error: str) -> bytes:
+    """A whole response, written by the protocol itself, that closes the connection."""
+    body = json.dumps({"error": error}).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
     return head.encode("ascii") + body

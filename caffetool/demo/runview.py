@@ -5,7 +5,9 @@ Everything is read from the run directory at each request, so an evaluation made
 runs shows on the next reload. The newest evaluation is the ``eval/*/`` folder whose
 ``summary.json`` is newest (as ``caffetool evaluate`` writes them). Images are served only by
 names listed from the folders themselves — a name from a request is looked up among those, never
-joined to a path — so no request reaches a file outside ``plots/`` and that evaluation folder.
+joined to a path — so no request reaches a file outside ``plots/`` and that evaluation folder;
+a link anywhere between the run's folder and an image (``plots/`` itself, ``eval/<x>/``, the file)
+leaves it out, as it could point anywhere on the server.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ class NoSuchImage(RunError):
     """A name that is not one of the run's images."""
 
 
+class DamagedRun(RunError):
+    """The run's manifest cannot be read: said without the server's paths, which clients need not see."""
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One ``eval/<weights>/`` folder: its summary and its PNG images by name."""
@@ -47,18 +53,18 @@ class RunView:
 
     def plots(self) -> dict[str, Path]:
         """The run's training curves by file name."""
-        return _pngs(self.run_dir / PLOTS)
+        return _pngs(self.run_dir, self.run_dir / PLOTS)
 
     def evaluation(self) -> Evaluation | None:
         """The newest readable evaluation of the run's own data (``caffetool evaluate``), or None when
         the run has none; ``demo.classify --labelled`` results on other images (split ``images``) are
         not the run's evaluation."""
         summaries = sorted(((p.stat().st_mtime, p) for p in (self.run_dir / EVALUATIONS).glob(f"*/{SUMMARY}")
-                            if p.is_file()), reverse=True)
+                            if p.is_file() and _unlinked(self.run_dir, p)), reverse=True)
         for _, path in summaries:
             summary = _json(path)
             if isinstance(summary, dict) and summary.get("split") != "images":
-                return Evaluation(path.parent, summary, _pngs(path.parent))
+                return Evaluation(path.parent, summary, _pngs(self.run_dir, path.parent))
         return None
 
     def image(self, kind: str, name: str) -> Path:
@@ -77,7 +83,11 @@ class RunView:
 
     def summary(self) -> dict[str, Any]:
         """The JSON of ``GET /api/run``."""
-        manifest = runrecord.read(self.run_dir)
+        try:
+            manifest = runrecord.read(self.run_dir)
+        except RunError:
+            raise DamagedRun(f"the run's {runrecord.MANIFEST} cannot be read; `caffetool train.report "
+                             f"{self.run_dir.name}` on the server says why") from None
         out: dict[str, Any] = {key: manifest.get(key) for key in MANIFEST_KEYS}
         dataset = manifest.get("dataset")
         out["dataset"] = dataset.get("name") if isinstance(dataset, dict) else dataset
@@ -99,11 +109,18 @@ def last_rows(metrics: Any) -> dict[str, Any]:
     return {"train": train[-1], "test": {net: rows[-1] for net, rows in sorted(tests.items()) if rows}}
 
 
-def _pngs(folder: Path) -> dict[str, Path]:
-    if not folder.is_dir():
+def _pngs(run_dir: Path, folder: Path) -> dict[str, Path]:
+    """The PNG files in ``folder`` reached from ``run_dir`` through no link."""
+    if not folder.is_dir() or not _unlinked(run_dir, folder):
         return {}
     return {p.name: p for p in sorted(folder.iterdir()) if PNG_NAME.match(p.name) and p.is_file()
             and not p.is_symlink()}
+
+
+def _unlinked(run_dir: Path, path: Path) -> bool:
+    """Whether no component of ``path`` below ``run_dir`` is a symbolic link."""
+    real = run_dir.resolve()
+    return path.resolve() == real / path.relative_to(run_dir)
 
 
 def _json(path: Path) -> Any:

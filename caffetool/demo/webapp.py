@@ -39,7 +39,7 @@ from starlette.routing import Route
 from caffetool.demo import examples, multipart, runpage
 from caffetool.demo.classifier import Classifier, NoVisualizations
 from caffetool.demo.preprocess import BadImage, NotAnImage
-from caffetool.demo.runview import NoRun, NoSuchImage, RunView
+from caffetool.demo.runview import DamagedRun, NoRun, NoSuchImage, RunView
 from caffetool.errors import CaffetoolError, ConfigError, DataError, ImageError, NetError, RunError
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
@@ -69,6 +69,7 @@ STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (examples.NoExamples, 404),
     (NoRun, 404),
     (NoSuchImage, 404),
+    (DamagedRun, 503),
     (NoVisualizations, 501),
     (ConfigError, 400),  # what the classifier refuses in a request, as an unknown layer
     (NetError, 400),
@@ -76,6 +77,7 @@ STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (RunError, 500),
     (CaffetoolError, 500),
 )
+SERVER_FOLDERS = re.compile(r"(?<![\w.~])/(?:[^\s/'\"]+/)+")  # the folders of an absolute path, kept out of 5xx
 UPLOAD_ERRORS = (BodyTooLarge, multipart.TooManyFiles, NotAnImage, BadImage, multipart.BadMultipart)
 
 
@@ -189,8 +191,10 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 async def _caffetool_error(request: Request, error: Exception) -> Response:
+    """The error's message as JSON; a fault on the server's side is said without its folders."""
     assert isinstance(error, CaffetoolError)
-    return _error(status_of(error), str(error))
+    status = status_of(error)
+    return _error(status, str(error) if status < 500 else SERVER_FOLDERS.sub("", str(error)))
 
 
 async def _internal_error(request: Request, error: Exception) -> Response:

@@ -28,7 +28,6 @@ samples taken while Caffe runs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import enum
 import os
 import signal
@@ -45,6 +44,7 @@ from caffetool import glog
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffetoolError, RunError
+from caffetool import proc
 from caffetool.proc import exit_status
 from caffetool.runs import snapshots
 from caffetool.runs.logparse import LogParser, Metrics
@@ -56,7 +56,6 @@ LOG = "caffe.log"
 _NO_LOCK = contextlib.nullcontext()
 STOPPED_EARLY = "Optimization stopped early."  # Caffe's Solver::Solve, when a signal ended the loop
 TAIL_LINES = 12
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -320,12 +319,12 @@ def dies_with_parent() -> Callable[[], None]:
     The child also starts with no signal blocked: a signal mask survives ``exec``, and a thread
     that blocks SIGINT (a Ray worker's do) would otherwise start a Caffe that never sees its SIGINT.
     """
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    die = proc.parent_death_signal(signal.SIGKILL)
     parent = os.getpid()
 
     def arm() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        die()
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
 
