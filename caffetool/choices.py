@@ -175,7 +175,10 @@ def writable_folder(value: str | os.PathLike[str], flag: str = "", setting: str 
         fix = f"give a folder you can write to with {flag}" + (f" (or {setting} in invoke.yaml)" if setting else "")
     else:
         variable = "INVOKE_" + setting.replace(".", "_").upper()
-        fix = f"set {setting} in invoke.yaml (or {variable}) to a folder you can write to"
+        if variable in os.environ:  # the variable overrides the file: name what set it
+            flag, fix = variable, f"set {variable} (or unset it and set {setting} in invoke.yaml) to a folder you can write to"
+        else:
+            fix = f"set {setting} in invoke.yaml (or {variable}) to a folder you can write to"
     _refuse_unwritable(path, path, flag or setting, fix)
     return path
 

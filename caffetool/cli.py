@@ -23,20 +23,29 @@ from invoke import Program
 from invoke.exceptions import ParseError
 
 from caffetool import __version__
-from caffetool.tasks import check_project_settings, ns
+from caffetool.tasks import check_project_settings, check_runtime_settings, ns
 
 
 class CaffetoolProgram(Program):
     """Invoke's ``Program`` whose project settings file is the one in the current directory."""
 
     def create_config(self) -> None:
-        """Checks and loads ``./invoke.yaml`` before any task is parsed, so that a broken one is one
-        ``Error:`` line (exit 1) rather than Invoke's traceback, and a good one is in force."""
-        super().create_config()
+        """Checks ``/etc/invoke.yaml``, ``~/.invoke.yaml`` and ``./invoke.yaml`` before Invoke reads
+        them (it reads the first two as it starts), so that a broken one is one ``Error:`` line
+        (exit 1) rather than Invoke's traceback, then loads ``./invoke.yaml``."""
         here = Path.cwd()
         check_project_settings(here)
+        super().create_config()
         self.config.set_project_location(here)
         self.config.load_project()
+
+    def update_config(self, merge: bool = True) -> None:
+        """The runtime file (``-f FILE``, else ``INVOKE_RUNTIME_CONFIG``) checked before Invoke loads it."""
+        given = self.args.config.value
+        path = given if given is not None else os.environ.get("INVOKE_RUNTIME_CONFIG") or None
+        if path is not None:
+            check_runtime_settings(path, "-f" if given is not None else "INVOKE_RUNTIME_CONFIG")
+        super().update_config(merge)
 
     def run(self, argv: list[str] | None = None, exit: bool = True) -> None:  # noqa: A002 - Invoke's name
         super().run(help_first(sys.argv if argv is None else argv), exit)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,58 @@ def test_invoke_in_the_checkout_still_works() -> None:
     done = run(BIN / "invoke", "--list", cwd=PROJECT)
     assert done.returncode == 0, done.stderr
     assert "  memory.estimate " in done.stdout and "  train.run (train) " in done.stdout
+
+
+LAUGHS = "".join(f"{k}: &{k} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['lol'] * 9)}]\n"
+                 for p, k in zip(["", *"abcdef"], "abcdefg"))
+
+
+def test_settings_files_and_variables_that_would_mislead_are_refused_by_name(tmp_path: Path) -> None:
+    """A runtime file that is no settings file or is broken, a broken ~/.invoke.yaml, a "billion
+    laughs" file, sections of task groups that have no settings, an empty folder setting, a folder
+    variable that is a file, and a model folder that declares no model: one Error line each."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "bad.yaml").write_text("data: [1\n")
+    data_home = os.environ.get("XDG_DATA_HOME", str(Path.home() / ".local" / "share"))  # the engine stays found
+    cache_home = os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))
+
+    def with_env(*args: str, **env: str) -> subprocess.CompletedProcess:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
+        return subprocess.run([str(CAFFETOOL), *args], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**clean, "HOME": str(home), "XDG_DATA_HOME": data_home, "XDG_CACHE_HOME": cache_home,
+                                   **env}, stdin=subprocess.DEVNULL)
+
+    refused(with_env("model.list", INVOKE_RUNTIME_CONFIG="/etc/passwd"),
+            "INVOKE_RUNTIME_CONFIG /etc/passwd: a settings file is YAML or JSON, named *.yaml, *.yml or *.json "
+            "(or Python, *.py)")
+    bad = tmp_path / "bad.yaml"
+    why = f"{bad}: line 2, column 1: expected ',' or ']', but got '<stream end>'; fix {bad}"
+    refused(with_env("model.list", INVOKE_RUNTIME_CONFIG=str(bad)), why)
+    refused(with_env("-f", str(bad), "model.list"), why)
+    (home / ".invoke.yaml").write_text("data: {dir: [\n")
+    user = home / ".invoke.yaml"
+    refused(with_env("model.list"),
+            f"{user}: line 2, column 1: expected the node content, but found '<stream end>'; fix {user}")
+    user.unlink()
+    (tmp_path / "invoke.yaml").write_text(LAUGHS)
+    start = time.monotonic()
+    refused(with_env("model.list"), "invoke.yaml: its YAML aliases expand to 6,053,451 values, over the limit of "
+                                    f"100,000 (caffetool's settings are a few); fix {tmp_path / 'invoke.yaml'}")
+    assert time.monotonic() - start < 10
+    for section in ("sweep: 5", "docker: {image: 3}"):
+        (tmp_path / "invoke.yaml").write_text(section + "\n")
+        name = section.split(":")[0]
+        refused(with_env("model.list"), f"invoke.yaml: {name}: caffetool has no {name} settings (its settings are "
+                                        f"engine, data, model, runs; a {name} task takes flags); remove the section")
+    (tmp_path / "invoke.yaml").unlink()
+    (home / ".invoke.yaml").write_text("docker: {image: 3}\n")  # another project's section: not caffetool's
+    assert with_env("model.list").returncode == 0
+    refused(with_env("data.info", INVOKE_DATA_DIR=""),
+            "INVOKE_DATA_DIR: data.dir: is empty; give a folder, or unset it for the default")
+    refused(with_env("train", "--max-iter", "1", INVOKE_RUNS_DIR="/dev/null"),
+            "INVOKE_RUNS_DIR /dev/null is a file, not a folder; set INVOKE_RUNS_DIR (or unset it and set runs.dir "
+            "in invoke.yaml) to a folder you can write to")
+    refused(with_env("model.list", INVOKE_MODEL_DIR=str(home)),
+            f"model directory {home} holds no model declarations (*.py files that define MODEL = Model(...)); set "
+            "model.dir or pass --models-dir to such a folder")

@@ -179,8 +179,9 @@ def test_a_bad_option_is_one_error_line(args, message, place, user_env, tmp_path
 def test_a_configured_folder_that_is_a_file_names_the_setting(place, tmp_path):
     done = invoke("quickstart", env={"INVOKE_DATA_DIR": place["file"], "INVOKE_RUNS_DIR": str(tmp_path / "runs")})
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == (f"Error: data.dir {place['file']} is a file, not a folder; set data.dir in "
-                                   "invoke.yaml (or INVOKE_DATA_DIR) to a folder you can write to")
+    assert done.stderr.strip() == (f"Error: INVOKE_DATA_DIR {place['file']} is a file, not a folder; set "
+                                   "INVOKE_DATA_DIR (or unset it and set data.dir in invoke.yaml) to a folder you "
+                                   "can write to")
 
 
 def test_a_bad_invoke_variable_is_named(user_env):

@@ -85,6 +85,9 @@ def discover(directory: Path | None = None) -> dict[str, Model]:
             found[model.name] = model
     finally:
         sys.path.remove(str(directory))
+    if not found:
+        raise ConfigError(f"model directory {directory} holds no model declarations (*.py files that define "
+                          "MODEL = Model(...)); set model.dir or pass --models-dir to such a folder")
     return found
 
 

@@ -61,6 +61,12 @@ def check_project_settings(folder: Path) -> None:
         settings.check_config_files(folder)
 
 
+def check_runtime_settings(path: str, origin: str) -> None:
+    """The runtime settings file (``-f FILE``, ``INVOKE_RUNTIME_CONFIG``), checked before Invoke loads it."""
+    with reported():
+        settings.check_runtime_file(path, origin)
+
+
 ns = Collection(test, quickstart)
 ns.add_collection(engine.ns)
 ns.add_collection(data.ns)

@@ -14,12 +14,14 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from contextlib import contextmanager
 from typing import Any
 
 from invoke import Context, Exit, Task
 from invoke import task as invoke_task
 
+from caffetool.choices import writable_folder
 from caffetool.errors import CaffetoolError, ConfigError
 from caffetool.tasks import settings
 
@@ -107,3 +109,10 @@ def _interrupt(signum: int, frame: object) -> None:
 def pick(flag: Any, configured: Any) -> Any:
     """A flag wins over the configured value (invoke.yaml / INVOKE_* / defaults)."""
     return flag if flag not in (None, "") else configured
+
+
+def chosen_folder(flag_value: Any, configured: Any, flag: str, setting: str) -> Path:
+    """The writable folder a flag gives, else the setting's: a refusal names whichever set it."""
+    if flag_value not in (None, ""):
+        return writable_folder(flag_value, flag, setting)
+    return writable_folder(configured, setting=setting)

@@ -11,7 +11,7 @@ from caffetool.data import convert as idx_convert
 from caffetool.data import fetch as data_fetch
 from caffetool.data import imageset, layout, lookup, mean, registry
 from caffetool.engine import locate
-from caffetool.tasks._common import pick, task
+from caffetool.tasks._common import chosen_folder, pick, task
 
 DATASET_HELP = f"data set: {', '.join(registry.DATASETS)}, or a folder made by data.images"
 FETCH_HELP = f"data set to fetch: {', '.join(registry.DATASETS)}"
@@ -32,7 +32,7 @@ def fetch(c: Context, dataset: str | None = None, source: str | None = None, bac
     """Fetch, verify and convert a data set into train/test databases."""
     spec = registry.get(pick(dataset, c.data.dataset))
     seconds = bounded(timeout, "--timeout", SECONDS)
-    folder = writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir")
+    folder = chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir")
     result = data_fetch.fetch(spec, folder, source, backend, force, seconds)
     ds = result.dataset
     if result.cached:
@@ -48,7 +48,7 @@ def fetch(c: Context, dataset: str | None = None, source: str | None = None, bac
 def info(c: Context, dataset: str | None = None, data_dir: str | None = None, per_class: str = "12") -> None:
     """Counts, class histogram, checksums and a PNG contact sheet of a data set."""
     samples = bounded(per_class, "--per-class", PER_CLASS)
-    ds = lookup.find(pick(dataset, c.data.dataset), writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
+    ds = lookup.find(pick(dataset, c.data.dataset), chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir"))
     m = ds.manifest
     print(f"{m['title']} — {ds.path} ({ds.backend}, images {'x'.join(map(str, ds.shape))})")
     width = max(len(name) for name in ds.classes)
@@ -80,7 +80,7 @@ def mean_(c: Context, dataset: str | None = None, data_dir: str | None = None, s
     else:
         split = choose(split, SPLITS, "--split")
         ds = lookup.find(pick(dataset, c.data.dataset),
-                         writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"))
+                         chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir"))
         source = ds.db(split)
         target = ds.path / ("mean.binaryproto" if split == "train" else f"mean_{split}.binaryproto")
         what = f"{split} images"
@@ -128,7 +128,7 @@ def images(c: Context, root: str, list_: str | None = None, out: str | None = No
     fraction = number(val_fraction, "--val-fraction", minimum=0, maximum=1) or 0.0
     folder = Path(root).expanduser()
     target = (Path(out).expanduser() if out
-              else writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir") / folder.absolute().name)
+              else chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir") / folder.absolute().name)
     result = imageset.build(folder, target.absolute(), options,
                              list_file=input_file(list_, "--list") if list_ else None, shuffle=shuffle,
                              seed=number(seed, "--seed", int, minimum=0) or 0, val_fraction=fraction,

@@ -14,9 +14,9 @@ from pathlib import Path
 from invoke import Collection, Context
 
 from caffetool import dockerimg
-from caffetool.choices import PORT, bounded, shell_words, writable_folder
+from caffetool.choices import PORT, bounded, shell_words
 from caffetool.errors import EngineError, SystemDependencyError
-from caffetool.tasks._common import pick, task
+from caffetool.tasks._common import chosen_folder, pick, task
 
 PROJECT = Path(__file__).resolve().parents[2]
 IMAGE_HELP = {"variant": "gpu or cpu", "cuda": f"CUDA release: {', '.join(dockerimg.NCCL_FOR_CUDA)}",
@@ -112,8 +112,8 @@ def check(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = 
 
 def _paths(c: Context, data_dir: str | None, runs_dir: str | None) -> tuple[Path, Path]:
     """The host folders to mount, checked (they are made once Docker is known to be there)."""
-    data = writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir")
-    runs = writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir")
+    data = chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir")
+    runs = chosen_folder(runs_dir, c.runs.dir, "--runs-dir", "runs.dir")
     return data, runs
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from invoke import Collection, Exit
 
-from caffetool.choices import input_file, writable_folder
+from caffetool.choices import input_file
 from caffetool.engine import locate
 from caffetool.errors import RunError
 from caffetool.sweep import launch, leaderboard, sweeprecord
-from caffetool.tasks._common import pick, task
+from caffetool.tasks._common import chosen_folder, pick, task
 from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
 
 SWEEP_HELP = {
@@ -47,10 +47,10 @@ def run(c: Any, param: list[str] | None = None, metric: str = "test/accuracy", m
         name=name or "", params=list(param or []), metric=metric, mode=mode, scheduler=scheduler, grace=grace,
         samples=samples or 1, max_concurrent=max_concurrent, cpus_per_trial=cpus_per_trial or 1,
         gpus_per_trial=gpus_per_trial or 0, address=address, model=model, dataset=pick(dataset, c.data.dataset),
-        data_dir=str(writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir")),
+        data_dir=str(chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir")),
         models_dir=c.model.dir, solver=str(input_file(solver, "--solver").absolute()) if solver else None,
         fixed=fixed, engine_prefix=c.engine.prefix)
-    runs = writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir")
+    runs = chosen_folder(runs_dir, c.runs.dir, "--runs-dir", "runs.dir")
     outcome = launch.start(plan, locate(c.engine.prefix, probe=False, gpus=True), runs)
     finish(outcome, plan.metric)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit
 
-from caffetool.choices import bounded, count, input_file, writable_folder
+from caffetool.choices import bounded, count, input_file
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.nets import builders, declaration, prototxt
@@ -16,7 +16,7 @@ from caffetool.nets.solver import SolverOptions
 from caffetool.runs import metrics_io, ownership, runrecord
 from caffetool.runs.logparse import parse_file
 from caffetool.tasks import settings
-from caffetool.tasks._common import pick, task
+from caffetool.tasks._common import chosen_folder, pick, task
 from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
 from caffetool.train import caffe_commands, devices, final_test, session
 
@@ -49,8 +49,8 @@ def run(c: Any, model: str | None = None, dataset: str | None = None, gpu: str =
         model=model or "lenet", dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
         weights=weights, batch=count(batch_size, "--batch-size"),
         test_batch=count(test_batch_size, "--test-batch-size"),
-        data_dir=writable_folder(pick(data_dir, c.data.dir), "--data-dir", "data.dir"),
-        runs_dir=writable_folder(pick(runs_dir, c.runs.dir), "--runs-dir", "runs.dir"), models_dir=c.model.dir,
+        data_dir=chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir"),
+        runs_dir=chosen_folder(runs_dir, c.runs.dir, "--runs-dir", "runs.dir"), models_dir=c.model.dir,
         solver=solver, labels=labels, deploy=deploy, type_given=solver_flags["type"] is not None)
     result = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     finish(result)
