@@ -24,8 +24,14 @@ tuned ≥ PyTorch and tuned ≥ 1.6 x stock (medians). ``--time-layers`` adds ``
 for LeNet b64 and CaffeNet b32 (deploy nets with ``force_backward``, so no database is needed) on
 every engine.
 
+A busy machine (``--busy``, instead of the comparison above): the tuned engine alone, with GNU
+OpenMP's defaults (every placement and wait variable removed) and as caffetool runs it
+(:func:`caffetool.engine.cpu_threads.placement`), each on a quiet machine and with one core kept busy
+by another process (a Python loop), alternating in each round. Goal: caffetool's at least 2x the
+defaults' busy speed and within 5% of their quiet speed (medians).
+
     .venv/bin/python benchmarks/cpu_speed.py [--stock PREFIX] [--tuned PREFIX] [--other PREFIX]
-        [--iters 1000] [--rounds 3] [--threads N] [--json FILE] [--time-layers]
+        [--iters 1000] [--rounds 3] [--threads N] [--json FILE] [--time-layers] [--busy]
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ FIRST_TIMED = 100  # the first display line timed; Caffe displays every 100 iter
 # stock: BVLC Caffe as it runs out of the box; stock+kernels: the same engine with the BLAS kernels
 # caffetool picks for this CPU (caffetool.engine.cpu), so the layers' own share of the gain shows.
 GOAL = {"tuned/pytorch": 1.0, "tuned/stock": 1.6}
+BUSY_GOAL = {"busy caffetool/defaults": 2.0, "quiet caffetool/defaults": 0.95}
+HOG = "while True: pass"  # one core kept busy
 LAYER_NETS = (("lenet", 64), ("caffenet", 32))
 LAYER_ITERATIONS = 20
 
@@ -241,6 +249,55 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b > 0 else "-"
 
 
+# ---- a busy machine ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def busy_core(busy: bool) -> Iterator[None]:
+    """One core kept busy by another process for a while (nothing when not ``busy``)."""
+    hog = subprocess.Popen([sys.executable, "-c", HOG]) if busy else None
+    try:
+        yield
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+
+
+def run_busy(args: argparse.Namespace) -> dict:
+    """The tuned engine on GNU OpenMP's defaults and on caffetool's placement, quiet and busy."""
+    engine = locate(args.tuned, probe=False)
+    plain = {k: v for k, v in engine_env(args.threads).items() if k not in cpu_threads.USER_PLACEMENT}
+    envs = {"defaults": plain, "caffetool": {**plain, **cpu_threads.placement(plain)}}
+    print(f"tuned {engine.prefix}; caffetool's placement here: {cpu_threads.placement(plain) or 'none'}")
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="caffetool-cpu-busy-") as tmp:
+        solver_file = prepare_lenet(engine, Path(tmp) / "data", Path(tmp) / "lenet", args.iters)
+        for i in range(1, args.rounds + 1):
+            print(f"\nround {i}\n{'side':<20} {'it/s':>8} {'wall s':>8} {'timed iters':>12} {'loss (iter)':>14}",
+                  flush=True)
+            for load in ("quiet", "busy"):
+                with busy_core(load == "busy"):
+                    for name, env in envs.items():
+                        samples.append(run_caffe(f"{load} {name}", i, engine, solver_file, env))
+                        _print(samples[-1], 20)
+    rate = {side: median([s.iters_per_s for s in samples if s.side == side]) for side in dict.fromkeys(s.side for s in samples)}
+    wall = {side: median([s.wall_s for s in samples if s.side == side]) for side in rate}
+    ratios = {f"{load} caffetool/defaults": rate[f"{load} caffetool"] / rate[f"{load} defaults"] for load in ("busy", "quiet")}
+    met = all(ratios[k] >= v for k, v in BUSY_GOAL.items())
+    print(f"\nLeNet b64 on Fashion-MNIST, CPU, {args.iters} iterations, {args.rounds} rounds, {os.cpu_count()} cores, "
+          f"{args.threads} threads; busy: one core kept busy by another process")
+    print(f"{'side':<20} {'median it/s':>12} {'median wall s':>14}")
+    for side in rate:
+        print(f"{side:<20} {rate[side]:>12.1f} {wall[side]:>14.2f}")
+    for key, value in ratios.items():
+        print(f"{key:<26} {value:.3f} (goal >= {BUSY_GOAL[key]:g})")
+    print(f"goal: {'met' if met else 'NOT met'}")
+    return {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "placement": cpu_threads.placement(plain),
+            "samples": [asdict(s) for s in samples], "median_iters_per_s": rate, "median_wall_s": wall,
+            "ratios": ratios, "goal": BUSY_GOAL, "goal_met": met}
+
+
 # ---- the run ----------------------------------------------------------------------------------
 
 def summarise(samples: list[Sample], args: argparse.Namespace, notes: dict) -> dict:
@@ -298,11 +355,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     parser.add_argument("--time-layers", action="store_true", help="also `caffe time` LeNet b64 and CaffeNet b32")
     parser.add_argument("--layer-iterations", type=int, default=LAYER_ITERATIONS)
+    parser.add_argument("--busy", action="store_true", help="the busy-machine case instead (tuned engine only)")
     args = parser.parse_args()
     if args.iters <= FIRST_TIMED or args.rounds < 1 or args.threads < 1:
         parser.error(f"--iters must be above {FIRST_TIMED}, --rounds and --threads at least 1")
     try:
-        figures = run(args)
+        figures = run_busy(args) if args.busy else run(args)
     except CaffetoolError as e:
         print(f"Error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -360,9 +418,9 @@ def run(args: argparse.Namespace) -> dict:
     return figures
 
 
-def _print(s: Sample) -> None:
+def _print(s: Sample, width: int = 14) -> None:
     at, loss = s.losses[-1] if s.losses else (0, float("nan"))
-    print(f"{s.side:<14} {s.iters_per_s:>8.1f} {s.wall_s:>8.2f} {s.timed_iters:>12} {f'{loss:.3f} ({at})':>14}",
+    print(f"{s.side:<{width}} {s.iters_per_s:>8.1f} {s.wall_s:>8.2f} {s.timed_iters:>12} {f'{loss:.3f} ({at})':>14}",
           flush=True)
 
 

@@ -200,3 +200,27 @@ def test_train_runs_on_the_threads_asked_for_and_records_them(fashion_data, tmp_
     recorded = json.loads((runs / "t" / "manifest.json").read_text())["threads"]
     wanted = expected or str(len(os.sched_getaffinity(0)))
     assert all(recorded[name] == wanted for name in cpu_threads.VARIABLES), recorded
+
+
+def test_threads_are_bound_one_to_a_core_only_when_they_fill_the_cores_and_the_user_said_nothing():
+    cores = str(cpu_threads.available())
+    assert cpu_threads.placement({}) == {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
+    assert cpu_threads.placement({"OMP_NUM_THREADS": cores}) == cpu_threads.PLACEMENT
+    assert cpu_threads.placement({"OMP_NUM_THREADS": str(int(cores) + 1)}) == {}  # oversubscribed
+    if int(cores) > 1:
+        assert cpu_threads.placement({"OMP_NUM_THREADS": "1"}) == {}  # a sweep's 1-CPU trial: never core 0 for all
+    for own in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        assert cpu_threads.placement({own: "x"}) == {}  # the user's own say wins
+
+
+def test_caffe_children_get_the_placement_and_pycaffe_in_process_does_not(monkeypatch):
+    from caffetool.engine.locate import caffe_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for name in cpu_threads.USER_PLACEMENT:
+        monkeypatch.delenv(name, raising=False)
+    env = caffe_env()
+    assert (env["OMP_PROC_BIND"], env["OMP_PLACES"]) == ("true", "cores")
+    assert "OMP_PROC_BIND" not in os.environ  # caffe_env builds a child's environment; this process stays unbound
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert "OMP_PROC_BIND" not in caffe_env()

@@ -4,6 +4,16 @@ caffetool's engine runs its CPU layers on OpenMP threads and its BLAS (OpenBLAS'
 MKL) on the same threads, so one number governs both; the variables are set for every library a
 build may use. A sweep sets them per trial (its ``--cpus-per-trial``) before a trial trains, and an
 explicit ``--threads`` wins over both.
+
+Where the threads run (:func:`placement`): GNU OpenMP threads spin a while before they sleep at
+each barrier, which is fast on a quiet machine and slow on a busy one, where a spinning thread takes
+the core from the one it waits for. Measured on LeNet (benchmarks/RESULTS.md, "A busy machine"),
+binding one thread to each core (``OMP_PROC_BIND=true``, ``OMP_PLACES=cores``) keeps the spin where
+it does no harm: with one core kept busy by another program, twice the default's speed, and the
+same speed on a quiet machine; a passive or shorter wait costs 10 to 30% on a quiet one. It is set
+only for a Caffe that uses every core this process may run on (a sweep's 1-CPU trials would all
+be bound to the first core), never for pycaffe inside caffetool (a bound initial thread would
+confine the whole process), and never over a user's own placement or wait settings.
 """
 
 from __future__ import annotations
@@ -12,6 +22,10 @@ import os
 from collections.abc import MutableMapping
 
 VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+PLACEMENT = {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
+# A user's own say on where threads run or how they wait: any of these leaves placement to them.
+USER_PLACEMENT = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "OMP_WAIT_POLICY",
+                  "GOMP_SPINCOUNT")
 
 
 def available() -> int:
@@ -40,6 +54,15 @@ def of_engine(options: dict, requested: int | None = None, environ: MutableMappi
     if not options.get("openmp"):
         return 1
     return requested or _from_environment(environ) or available()
+
+
+def placement(environ: MutableMapping[str, str] | dict[str, str] = os.environ) -> dict[str, str]:
+    """:data:`PLACEMENT` for a Caffe child whose threads fill every core this process may use, unless
+    ``environ`` already says where threads run or how they wait."""
+    if any(name in environ for name in USER_PLACEMENT):
+        return {}
+    threads = _from_environment(environ) or available()
+    return dict(PLACEMENT) if threads == available() else {}
 
 
 def _from_environment(environ: MutableMapping[str, str]) -> int | None:

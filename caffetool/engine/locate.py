@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from caffetool import config, fsio
-from caffetool.engine import cpu
+from caffetool.engine import cpu, cpu_threads
 from caffetool.engine.recipe import TUNING_PATCHES
 from caffetool.errors import EngineCorrupt, EngineError, EngineNotFound
 from caffetool.proc import exit_status, last_lines
@@ -184,11 +184,12 @@ def visible_gpus() -> list[str]:
 
 def caffe_env(prefix: Path | None = None, **extra: str) -> dict[str, str]:
     """Environment for running a Caffe binary whose INFO log lines are read (glog to stderr, no log
-    files), its BLAS on the kernels this CPU runs best (:mod:`caffetool.engine.cpu`); with the
+    files), its BLAS on the kernels this CPU runs best (:mod:`caffetool.engine.cpu`), its threads
+    one to a core when they use them all (:func:`caffetool.engine.cpu_threads.placement`); with the
     engine's ``prefix``, also what its Python layers import (:func:`python_layer_path`)."""
     python = {"PYTHONPATH": python_layer_path(prefix)} if prefix is not None else {}
-    return {**os.environ, **cpu.blas_environment(os.environ), "GLOG_logtostderr": "1", "GLOG_minloglevel": "0",
-            **python, **extra}
+    return {**os.environ, **cpu.blas_environment(os.environ), **cpu_threads.placement(os.environ),
+            "GLOG_logtostderr": "1", "GLOG_minloglevel": "0", **python, **extra}
 
 
 def python_layer_path(prefix: Path) -> str:

@@ -32,7 +32,8 @@ from caffetool.runs.logparse import LogParser, Metrics, parse_file
 from caffetool.train import devices, final_test, runner, tensorboard
 
 # What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
-THREAD_VARIABLES = (*cpu_threads.VARIABLES, "OPENBLAS_CORETYPE", "MKL_DISABLE_FAST_MM", "MKL_CBWR")
+THREAD_VARIABLES = (*cpu_threads.VARIABLES, *cpu_threads.USER_PLACEMENT, "OPENBLAS_CORETYPE", "MKL_DISABLE_FAST_MM",
+                    "MKL_CBWR")
 
 
 @dataclass
