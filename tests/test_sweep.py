@@ -262,7 +262,7 @@ def test_gpus_are_refused_from_a_cpu_only_engine(tmp_path: Path, engine) -> None
 
 def test_ctrl_c_snapshots_every_trial_leaves_nothing_and_resume_completes(tmp_path: Path, fashion_data) -> None:
     runs = tmp_path / "runs"
-    args = ["sweep", "--name", "cc", "--param", "base_lr=0.001,0.05", "--max-iter", "600", "--test-iter", "5",
+    args = ["sweep", "--name", "cc", "--param", "base_lr=0.001,0.01", "--max-iter", "600", "--test-iter", "5",
             "--data-dir", str(fashion_data.path.parent), "--runs-dir", str(runs)]
     # Its own process group, signalled as a terminal's Ctrl-C signals the foreground group.
     proc = subprocess.Popen([str(CAFFETOOL), *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -332,7 +332,7 @@ def test_a_sweep_killed_any_way_leaves_nothing_running_and_resumes(tmp_path: Pat
     get it too) and SIGKILL of the sweep: every process it started ends within seconds, and
     ``sweep.resume`` then restarts the trials that had no snapshot and finishes them."""
     runs = tmp_path / "runs"
-    args = ["sweep", "--name", "kk", "--param", "base_lr=0.001,0.05", "--max-iter", "400", "--test-iter", "5",
+    args = ["sweep", "--name", "kk", "--param", "base_lr=0.001,0.01", "--max-iter", "400", "--test-iter", "5",
             "--data-dir", str(fashion_data.path.parent), "--runs-dir", str(runs)]
     logs = [runs / "kk" / f"trial-0000{i}" / "caffe.log" for i in range(2)]
     proc = subprocess.Popen([str(CAFFETOOL), *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -7,9 +7,9 @@ sweep alone and shuts it down afterwards (its workers, and the Caffe each trial 
 (or SIGTERM) marks the sweep interrupted on its flag actor, which every trial waits on, so each
 running trial snapshots and records ``interrupted`` at once, and then sends Tune its own
 "end the experiment" signal (SIGUSR1), so Tune saves its state for ``sweep.resume`` and stops the
-trials; a second Ctrl-C raises KeyboardInterrupt (stop at once), and so does a local Ray that dies
-under the sweep (a SIGTERM sent to the sweep's whole process group reaches Ray's daemons too,
-and then nothing can stop in order: the sweep is recorded interrupted at once). It also quiets Tune's console
+trials; a second Ctrl-C raises KeyboardInterrupt (stop at once). A local Ray whose daemons die
+under the sweep (a SIGTERM sent to the sweep's whole process group reaches them too) ends the sweep
+at once, recorded interrupted, since nothing can stop in order then. It also quiets Tune's console
 output and tracebacks (the sweep says one line per trial; failures are in its report).
 """
 
@@ -19,10 +19,11 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from caffetool.errors import RunError
@@ -31,6 +32,7 @@ CONNECT_TIMEOUT = 5.0  # seconds to reach a --address before it is called unreac
 TELL_TIMEOUT = 5.0  # seconds the trials' flag actor has to take the interruption
 WATCH_INTERVAL = 0.2  # seconds between looks at the local Ray's daemons while the sweep stops
 DAEMONS = ("gcs_server", "raylet")  # a local Ray without either cannot stop anything in order
+RAYLET_STOPPING = "received SIGTERM"  # the raylet's log line as it starts to drain (Ray's agents read it too)
 
 
 class LocalRay:
@@ -44,15 +46,19 @@ class LocalRay:
         self.roots = [p for p in psutil.Process().children() if p.pid not in before]
         self.daemons = [p for p in self.roots if p.name() in DAEMONS]
         self.reaper = reaper.start([p.pid for p in self.roots])
+        self.raylet_log = _raylet_log()
 
     def broken(self) -> bool:
-        """Whether a daemon of this Ray has died (the sweep cannot go on, or stop in order)."""
+        """Whether a daemon of this Ray has died, or the raylet was told to stop (it drains for about
+        ten seconds before it dies): the sweep can neither go on nor stop in order."""
         import psutil  # noqa: PLC0415
 
         try:
-            return not all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in self.daemons)
+            if not all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in self.daemons):
+                return True
         except psutil.Error:
             return True
+        return self.raylet_log is not None and RAYLET_STOPPING in _tail(self.raylet_log)
 
     def close(self) -> None:
         from caffetool.sweep import reaper  # noqa: PLC0415
@@ -73,10 +79,11 @@ class Interrupt:
 
 
 @contextmanager
-def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None = None) -> Iterator[Interrupt]:
+def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None = None,
+                  lost: Callable[[], None] = lambda: None) -> Iterator[Interrupt]:
     """Ctrl-C and SIGTERM while the sweep runs: the first marks the sweep interrupted and asks Tune
-    to stop (snapshots); the second, or the death of the ``local`` Ray meanwhile, raises
-    KeyboardInterrupt (stop at once)."""
+    to stop (snapshots); the second raises KeyboardInterrupt (stop at once). The ``local`` Ray is
+    watched all the while: if its daemons die, :func:`_abandon` records the sweep (``lost``) and ends it."""
     state = Interrupt()
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -90,10 +97,12 @@ def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None 
             pass
         os.kill(os.getpid(), signal.SIGUSR1)  # Ray Tune's own "end the experiment" signal
 
-    def watch() -> None:
-        while local is not None and not local.broken():
-            time.sleep(WATCH_INTERVAL)
-        signal.raise_signal(signal.SIGINT)  # the second signal: stop at once
+    over = threading.Event()  # the sweep is past Tune: Ray's own shutdown is no death to watch for
+
+    def watch(ray: LocalRay) -> None:
+        while not over.wait(WATCH_INTERVAL):
+            if ray.broken():
+                _abandon(name, ray, lost)
 
     def first(signum: int, frame: object) -> None:
         if state.event.is_set():
@@ -101,8 +110,6 @@ def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None 
         state.event.set()
         say(f"stopping sweep {name}: each running trial snapshots and stops (Ctrl-C again to stop at once)")
         threading.Thread(target=tell, daemon=True).start()
-        if local is not None:
-            threading.Thread(target=watch, daemon=True).start()
 
     # Tune's SIGINT handler is replaced by this one; its metric check would refuse the empty results
     # a trial gives while Caffe is between rows; its console output is replaced by the sweep's lines.
@@ -115,9 +122,15 @@ def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None 
     tune_log.setLevel(logging.CRITICAL)  # a failed trial's traceback: its error line is in the report
     for sig in before:
         signal.signal(sig, first)
+    watcher = threading.Thread(target=watch, args=(local,), daemon=True) if local is not None else None
+    if watcher is not None:
+        watcher.start()
     try:
         yield state
     finally:
+        over.set()
+        if watcher is not None:
+            watcher.join(timeout=WATCH_INTERVAL * 5)
         tune_log.setLevel(level)
         for sig, handler in before.items():
             signal.signal(sig, handler)
@@ -126,6 +139,41 @@ def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None 
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _raylet_log() -> Path | None:
+    """The local raylet's log (``raylet.out`` in the session's logs), where it says it got SIGTERM."""
+    try:
+        import ray  # noqa: PLC0415
+
+        return Path(ray._private.worker._global_node.get_logs_dir_path()) / "raylet.out"
+    except (AttributeError, TypeError):  # another Ray's layout: the daemons' death is still seen
+        return None
+
+
+def _tail(path: Path, size: int = 16384) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _abandon(name: str, local: LocalRay, lost: Callable[[], None]) -> None:
+    """Ray's daemons died under the sweep (a signal to its whole process group, a crash): nothing can
+    stop in order, and the main thread may sit inside a Ray call for a minute (until Ray's own GCS
+    timeout ends the process), so this thread records the sweep, has the reaper end what Ray left
+    (workers, Caffe) and exits at once. Each run keeps its last snapshot for ``sweep.resume``."""
+    try:
+        lost()
+    finally:
+        local.close()
+        sys.stdout.flush()
+        sys.stderr.write(f"Error: interrupted; Ray stopped under sweep {name}, so its trials stopped where they were: "
+                         f"`caffetool sweep.resume {name}` continues them\n")
+        sys.stderr.flush()
+        os._exit(130)
 
 
 @contextmanager

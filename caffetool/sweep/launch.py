@@ -180,8 +180,12 @@ def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str],
     with cluster.connected(plan.address, say) as local:
         cluster.check_fits(plan.cpus_per_trial, plan.gpus_per_trial)
         sweep_dir = begin()
+
+        def stopped_at_once() -> None:  # what was running resumes from its last snapshot
+            sweeprecord.update(sweep_dir, plan, status="interrupted", seconds=round(time.monotonic() - t0, 3))
+
         try:
-            with cluster.interruptible(plan.name, say, local) as interrupted:
+            with cluster.interruptible(plan.name, say, local, stopped_at_once) as interrupted:
                 from caffetool.sweep.trial import NAMESPACE, SweepFlags, flags_name  # noqa: PLC0415
 
                 ready = time.monotonic()
@@ -191,8 +195,8 @@ def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str],
                 results = tuner.fit()
                 tune_trials = _tune_trials(results)
                 tuned = time.monotonic()
-        except KeyboardInterrupt:  # stopped at once: what was running resumes from its last snapshot
-            sweeprecord.update(sweep_dir, plan, status="interrupted", seconds=round(time.monotonic() - t0, 3))
+        except KeyboardInterrupt:
+            stopped_at_once()
             raise
     status = "interrupted" if interrupted.is_set else "finished"
     seconds = round(time.monotonic() - t0, 3)
