@@ -72,12 +72,20 @@ def released_on_failure(path: Path) -> Iterator[Path]:
 
 def find(runs_dir: Path, run: str) -> Path:
     """A run by name (under ``runs_dir``) or by path; a folder without a manifest is named as such."""
-    candidates = (Path(run), runs_dir / run)
+    return find_record(runs_dir, run, MANIFEST, "run", f"a run's folder is made by `caffetool train`, and "
+                       f"`ls {runs_dir}` lists the runs", f"; `ls {runs_dir}` lists the runs")
+
+
+def find_record(runs_dir: Path, name: str, record: str, what: str, made_by: str, hint: str = "") -> Path:
+    """The folder ``name`` (a path, or a name under ``runs_dir``) holding ``record``: a run's or a
+    sweep's. A folder without it is named as such (``made_by`` says what makes one); ``hint`` ends the
+    message when nothing is there."""
+    candidates = (Path(name), runs_dir / name)
     for candidate in candidates:
-        if (candidate / MANIFEST).is_file():
+        if (candidate / record).is_file():
             return candidate.absolute()
     for candidate in candidates:
         if candidate.is_dir():
-            raise RunError(f"{candidate} has no {MANIFEST}, so it is no caffetool run (or its record was deleted); "
-                           f"a run's folder is made by `caffetool train`, and `ls {runs_dir}` lists the runs")
-    raise RunError(f"no run {run!r} (looked for {runs_dir / run}/{MANIFEST}); `ls {runs_dir}` lists the runs")
+            raise RunError(f"{candidate} has no {record}, so it is no caffetool {what} (or its record was deleted); "
+                           f"{made_by}")
+    raise RunError(f"no {what} {name!r} (looked for {runs_dir / name}/{record}){hint}")

@@ -17,6 +17,7 @@ from typing import Any
 
 from caffetool import fsio
 from caffetool.errors import RunError
+from caffetool.runs import rundir
 
 PLAN = "sweep.json"
 RESULTS = "results.csv"
@@ -93,12 +94,4 @@ def read_record(sweep_dir: Path) -> dict[str, Any]:
 
 def find(runs_dir: Path, name: str) -> Path:
     """A sweep by name (under ``runs_dir``) or by path."""
-    candidates = (Path(name), runs_dir / name)
-    for candidate in candidates:
-        if (candidate / PLAN).is_file():
-            return candidate.absolute()
-    for candidate in candidates:
-        if candidate.is_dir():
-            raise RunError(f"{candidate} has no {PLAN}, so it is no caffetool sweep (or its record was deleted); "
-                           "a sweep's folder is made by `caffetool sweep`")
-    raise RunError(f"no sweep {name!r} (looked for {runs_dir / name}/{PLAN})")
+    return rundir.find_record(runs_dir, name, PLAN, "sweep", "a sweep's folder is made by `caffetool sweep`")
