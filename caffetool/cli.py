@@ -48,7 +48,7 @@ class CaffetoolProgram(Program):
         super().update_config(merge)
 
     def run(self, argv: list[str] | None = None, exit: bool = True) -> None:  # noqa: A002 - Invoke's name
-        super().run(help_first(sys.argv if argv is None else argv), exit)
+        super().run(optional_positional(help_first(sys.argv if argv is None else argv)), exit)
 
     def parse_core(self, argv: list[str] | None) -> None:
         """Invoke's own flags; a wrong one is reported as every caffetool error is."""
@@ -68,6 +68,33 @@ def help_first(argv: list[str]) -> list[str]:
     for i, token in enumerate(argv[1:], 1):
         if token in names:
             return [*argv[:i], "--help", token] if "--help" in argv[i + 1:] else argv
+    return argv
+
+
+# Tasks whose first argument may be given bare or left out: Invoke's positional arguments are all
+# required, so ``caffetool export RUN`` is read as ``export --run RUN`` and ``export --deploy ...`` stays.
+OPTIONAL_POSITIONAL = {"export": "--run"}
+
+
+def optional_positional(argv: list[str]) -> list[str]:
+    """``TASK VALUE`` as ``TASK FLAG VALUE`` for the tasks of :data:`OPTIONAL_POSITIONAL`: the first bare
+    word after the task name that is not a flag's value."""
+    for i, token in enumerate(argv[1:], 1):
+        if token not in OPTIONAL_POSITIONAL:
+            continue
+        valued = {f"--{name.replace('_', '-')}" for arg in ns[token].get_arguments() if arg.kind is not bool
+                  for name in arg.names if len(name) > 1} | {
+            f"-{name}" for arg in ns[token].get_arguments() if arg.kind is not bool for name in arg.names
+            if len(name) == 1}
+        j = i + 1
+        while j < len(argv):
+            word = argv[j]
+            if word in ns.task_names or any(word in aliases for aliases in ns.task_names.values()):
+                return argv
+            if not word.startswith("-"):
+                return [*argv[:j], OPTIONAL_POSITIONAL[token], *argv[j:]]
+            j += 2 if word in valued else 1
+        return argv
     return argv
 
 

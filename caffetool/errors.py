@@ -85,3 +85,7 @@ class ImageError(CaffetoolError, ValueError):
 
 class DockerError(CaffetoolError):
     """An image cannot be built or run with the Docker found here."""
+
+
+class ExportError(CaffetoolError, ValueError):
+    """A net cannot be expressed in ONNX, or its ONNX model does not compute what Caffe computes."""

@@ -1,22 +1,21 @@
 """A trained model loaded once for the demo: deploy net, weights, labels and the transform.
 
-From a run directory everything is known: ``deploy.prototxt``, the newest ``.caffemodel``,
-``labels.txt``, the TEST-phase transform (scale, mean, crop) of ``train_val.prototxt`` or, for a
-``--solver`` run, of its first test net, and the size of the training images (a crop net's images
-are resized to it before the crop). Files can also be given one by one, with the colour options of
-pycaffe's ``Classifier`` (:class:`.preprocess.Colour`). The model is first built in a child process
+The files and the transform come from :mod:`.modelfiles` (a run's, or given one by one). The model is
+first built in a child process
 (Caffe aborts the process on a corrupt file), so a bad model fails start-up with a clear message,
 not the first request.
-Two backends: pycaffe (``caffe.Net``, exact) and OpenCV DNN (``cv2.dnn.readNetFromCaffe``); both
-run forward passes one at a time behind a lock, since neither net object is thread-safe. Only the
-pycaffe backend shows a layer's activations (OpenCV DNN fuses layers and keeps no per-layer blobs).
+Three backends: pycaffe (``caffe.Net``, exact), OpenCV DNN (``cv2.dnn.readNetFromCaffe``) and
+onnxruntime on the run's ONNX export (:mod:`caffetool.export`, made and verified against Caffe when
+missing); all run forward passes one at a time behind a lock, since the Caffe and OpenCV net objects
+are not thread-safe. Only the pycaffe backend shows a layer's activations (the others fuse layers and
+keep no per-layer blobs).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,14 @@ import numpy as np
 
 from caffetool.choices import choose
 from caffetool.demo import grids, preprocess
+from caffetool.demo.modelfiles import ModelFiles, from_run, input_shape, transform_of  # noqa: F401 - from_run for callers
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
-from caffetool.nets import check, prototxt, transform
+from caffetool.nets import check, prototxt
 from caffetool.runs import labels as label_file
-from caffetool.runs import snapshots
 from caffetool.train.devices import CPU, PycaffeDevice
 
-BACKENDS = ("caffe", "opencv")
+BACKENDS = ("caffe", "opencv", "onnxruntime")
 
 
 class UnknownLayer(ConfigError):
@@ -42,45 +41,6 @@ class UnknownLayer(ConfigError):
 
 class NoVisualizations(ConfigError):
     """Visualizations asked of a model that cannot show them (OpenCV backend, no 4-D layer)."""
-
-
-@dataclass
-class ModelFiles:
-    deploy: Path
-    weights: Path
-    labels: Path
-    mean: Path | None = None
-    scale: float | None = None
-    run: Path | None = None
-    white_on_black: bool | None = None
-    # colour nets, as pycaffe's Classifier takes them (None: the default of preprocess.Colour, or the run's)
-    mean_values: tuple[float, ...] | None = None
-    channel_swap: tuple[int, ...] | None = None
-    raw_scale: float | None = None
-    image_dims: tuple[int, int] | None = None
-    oversample: bool = False
-    train_size: tuple[int, int] | None = None  # (H, W) of the run's training images
-
-
-def from_run(run_dir: Path) -> ModelFiles:
-    weights = snapshots.newest_weights(run_dir)
-    if weights is None:
-        raise RunError(f"run {run_dir} has no .caffemodel yet; train it first (or give --weights)")
-    dataset = _dataset_manifest(run_dir)
-    shape = (dataset.get("splits") or {}).get("train", {}).get("shape")
-    size = (int(shape[1]), int(shape[2])) if isinstance(shape, list) and len(shape) == 3 else None
-    return ModelFiles(run_dir / "deploy.prototxt", weights, run_dir / "labels.txt", run=run_dir,
-                      white_on_black=dataset.get("white_on_black"), train_size=size)
-
-
-def _dataset_manifest(run_dir: Path) -> dict:
-    """The manifest of the data set the run trained on; empty when the run has none (``--solver`` runs)."""
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        found = json.loads((Path(manifest["dataset"]["path"]) / "manifest.json").read_text())
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 @dataclass
@@ -193,7 +153,8 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     pycaffe's on ``device`` (activated in whichever thread answers, since pycaffe's mode is per thread)."""
     backend = choose(backend, BACKENDS, "--backend")
     if device.gpu is not None and backend != "caffe":
-        raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; OpenCV's runs on the CPU (use --gpu cpu)")
+        raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; the {backend} backend runs on the CPU "
+                          "(use --gpu cpu)")
     if files.run and not Path(files.deploy).is_file() and (files.run / "train_net.prototxt").is_file():
         raise RunError(f"{files.run} trained a net that is not a classifier (no SoftmaxWithLoss), so it has "
                        f"no deploy net to serve; train it again with --deploy FILE")
@@ -205,12 +166,12 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     caffe = import_caffe(engine)
     pb = caffe.proto.caffe_pb2
     deploy = prototxt.read(files.deploy, pb.NetParameter())
-    channels, height, width = _input_shape(deploy, files.deploy)
+    channels, height, width = input_shape(deploy, files.deploy)
     output = deploy.layer[-1].top[0] if deploy.layer else "prob"
     if validate:  # a corrupt file aborts Caffe: let that happen in a child, not in the server
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
     labels = None if unnamed else label_file.read(files.labels)
-    transform = _transform(caffe, files, channels, height, width)
+    transform = transform_of(caffe, files, deploy)
     net = None
     if backend == "caffe":
         device.activate(caffe)
@@ -224,6 +185,8 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
                 net.reshape()
             net.blobs[data].data[...] = blob
             return net.forward()[output].reshape(len(blob), -1).copy()
+    elif backend == "onnxruntime":
+        forward = _onnxruntime(engine, files, output)
     else:
         try:
             cvnet = cv2.dnn.readNetFromCaffe(str(files.deploy), str(files.weights))
@@ -243,61 +206,13 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     return Classifier(name, backend, transform, labels, files, _forward=forward, _net=net)
 
 
-def _input_shape(net: Any, path: Path) -> tuple[int, int, int]:
-    for layer in net.layer:
-        if layer.type == "Input" and layer.input_param.shape:
-            dims = list(layer.input_param.shape[0].dim)
-            if len(dims) == 4:
-                return dims[1], dims[2], dims[3]
-    if len(net.input_shape) and len(net.input_shape[0].dim) == 4:
-        return tuple(net.input_shape[0].dim[1:])
-    raise NetError(f"{path} has no 4-D Input layer (N, C, H, W) to take images")
+def _onnxruntime(engine: EngineInfo, files: ModelFiles, output: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The run's ONNX export (made and verified now if missing or stale) on onnxruntime."""
+    from caffetool.export import exporter, runtime  # noqa: PLC0415 - onnx only for this backend
 
+    session = runtime.session_of(exporter.run_export(engine, files))
+    name = session.get_inputs()[0].name
 
-def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width: int) -> preprocess.Transform:
-    """The run's TEST transform (or the files' own options), and for a colour net pycaffe's steps."""
-    pb2 = caffe.proto.caffe_pb2
-    scale, mean, crop = 1.0, None, 0
-    tp = transform.test_transform(files.run, pb2) if files.run else None
-    if tp is not None:
-        scale = tp.scale if tp.HasField("scale") else 1.0
-        crop = tp.crop_size
-        if tp.mean_value:
-            mean = np.array(list(tp.mean_value), np.float32)
-        elif tp.mean_file:
-            files.mean = files.mean or Path(tp.mean_file)
-    if files.scale is not None:
-        scale = files.scale
-    if files.mean_values is not None:
-        mean = np.array(files.mean_values, np.float32)
-    elif files.mean is not None:
-        mean = transform.read_mean(pb2, files.mean, channels, height, width)
-    if mean is not None and mean.ndim == 1 and mean.size not in (1, channels):
-        raise ConfigError(f"{mean.size} mean values for a net of {channels} channels; give 1 or {channels}")
-    white = files.white_on_black if files.white_on_black is not None else False
-    colour = _colour(files, channels, height, width, files.train_size if crop else None)
-    return preprocess.Transform(channels, height, width, float(scale), mean, white, colour)
-
-
-def _colour(files: ModelFiles, channels: int, height: int, width: int,
-            trained: tuple[int, int] | None) -> preprocess.Colour | None:
-    """pycaffe's steps for a 3-channel net; a crop net from a run resizes to its training images' size."""
-    asked = {"--channel-swap": files.channel_swap, "--raw-scale": files.raw_scale,
-             "--image-dims": files.image_dims, "--oversample": files.oversample or None}
-    if channels != 3:
-        given = [flag for flag, value in asked.items() if value is not None]
-        if given:
-            raise ConfigError(f"only colour (3-channel) nets take {', '.join(given)}; this net takes {channels} "
-                              "channel(s) and is fed as its training data was")
-        return None
-    default = preprocess.Colour()
-    swap = files.channel_swap if files.channel_swap is not None else default.channel_swap
-    if sorted(swap) != list(range(channels)):
-        raise ConfigError(f"--channel-swap {','.join(map(str, swap))} is not an order of the net's "
-                          f"{channels} channels (a permutation of 0..{channels - 1})")
-    dims = files.image_dims or (trained if trained and trained[0] >= height and trained[1] >= width else None)
-    if dims is not None and (dims[0] < height or dims[1] < width):
-        raise ConfigError(f"--image-dims {dims[0]},{dims[1]} is smaller than the net's {height}x{width} input; "
-                          "images are resized to it and then cropped")
-    raw = files.raw_scale if files.raw_scale is not None else default.raw_scale
-    return preprocess.Colour(tuple(dims) if dims else None, tuple(swap), float(raw), files.oversample)
+    def forward(blob: np.ndarray) -> np.ndarray:
+        return session.run([output], {name: np.ascontiguousarray(blob, np.float32)})[0].reshape(len(blob), -1)
+    return forward

@@ -1,5 +1,6 @@
-"""A run's deploy net, run over batches: pycaffe (Caffe's own code, so figures equal ``caffe test``'s)
-or OpenCV DNN (``cv2.dnn.readNetFromCaffe``; its float arithmetic differs, so figures may too).
+"""A run's deploy net, run over batches: pycaffe (Caffe's own code, so figures equal ``caffe test``'s),
+OpenCV DNN (``cv2.dnn.readNetFromCaffe``) or onnxruntime on the run's ONNX export (verified against
+Caffe when made); the float arithmetic of the last two differs, so their figures may too.
 
 Each batch gives two arrays: the scores the ``Softmax`` reads (what a train/test net's ``Accuracy``
 layer compares, so correctness is judged as Caffe judges it) and the probabilities it outputs. A net
@@ -23,7 +24,7 @@ from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import check, prototxt
 from caffetool.train.devices import CPU, PycaffeDevice
 
-BACKENDS = ("caffe", "opencv")
+BACKENDS = ("caffe", "opencv", "onnxruntime")
 SUM_TOLERANCE = 1e-3
 
 
@@ -51,7 +52,8 @@ def load(engine: EngineInfo, deploy: Path, weights: Path, backend: str = "caffe"
     """
     backend = choose(backend, BACKENDS, "--backend")
     if device.gpu is not None and backend != "caffe":
-        raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; OpenCV's runs on the CPU (use --gpu cpu)")
+        raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; the {backend} backend runs on the CPU "
+                          "(use --gpu cpu)")
     if not deploy.is_file():
         raise RunError(f"{deploy.parent} has no {deploy.name}: its net is no classifier caffetool can evaluate "
                        "(a --solver run gets one when its train net ends in SoftmaxWithLoss, or give --deploy FILE)")
@@ -67,6 +69,7 @@ def load(engine: EngineInfo, deploy: Path, weights: Path, backend: str = "caffe"
         score = last.bottom[0] if last.type == "Softmax" and last.bottom else output
     check.validate(engine, deploy.parent, deploy=[deploy.name], weights=str(weights.absolute()))
     run = (_pycaffe(caffe, deploy, weights, name, shape, score, output, device) if backend == "caffe"
+           else _onnxruntime(engine, deploy, weights, score, output) if backend == "onnxruntime"
            else _opencv(net, deploy, weights, score, output))
     return DeployNet(name, shape, output, score, backend, run)
 
@@ -115,6 +118,24 @@ def _opencv(net: Any, deploy: Path, weights: Path, score: str,
         n = len(blob)
         cvnet.setInput(np.ascontiguousarray(blob))
         scores, probs = cvnet.forward(names)
+        return scores.reshape(n, -1).copy(), probs.reshape(n, -1).copy()
+
+    return run
+
+
+def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,
+                 output: str) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The run's export (made and verified now if missing or stale), its blobs named as Caffe's."""
+    from caffetool.demo.modelfiles import ModelFiles  # noqa: PLC0415
+    from caffetool.export import exporter, runtime  # noqa: PLC0415 - onnx only for this backend
+
+    files = ModelFiles(deploy, weights, deploy.parent / "labels.txt", run=deploy.parent)
+    session = runtime.session_of(exporter.run_export(engine, files), outputs=[score, output])
+    name = session.get_inputs()[0].name
+
+    def run(blob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = len(blob)
+        scores, probs = session.run([score, output], {name: np.ascontiguousarray(blob, np.float32)})
         return scores.reshape(n, -1).copy(), probs.reshape(n, -1).copy()
 
     return run

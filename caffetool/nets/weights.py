@@ -66,7 +66,7 @@ def problem(path: Path, source: Shapes | None, why: str | None, target: Shapes, 
                         f"{_show(want)}; these weights are for another version of the net (or rename the layer "
                         "to start it fresh)")
     matched = [name for name in learnable if source.get(name)]
-    if not matched:
+    if learnable and not matched:  # a net without parameters (pooling, reshapes) takes any NetParameter
         return (f"--weights {path} holds weights for none of the net's layers with parameters "
                 f"({_names(learnable)}; the file has {_names(list(source)) or 'no layers'}); Caffe matches "
                 "layers by name: give the weights of this net")

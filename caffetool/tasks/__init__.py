@@ -14,7 +14,7 @@ from caffetool.data.preference import first_available
 from caffetool.engine import install as engine_install
 from caffetool.engine import locate, smoke
 from caffetool.nets.solver import SolverOptions
-from caffetool.tasks import data, demo, docker, engine, evaluate, memory, model, settings, sweep, train
+from caffetool.tasks import data, demo, docker, engine, evaluate, export, memory, model, settings, sweep, train
 from caffetool.tasks._common import pick, reported, task
 from caffetool.tasks.settings import TASK_DEFAULTS, TEST_PACKAGES
 from caffetool.train import session
@@ -52,6 +52,7 @@ def quickstart(c: Context, max_iter: str | None = None) -> None:
     trained = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     train.finish(trained)
     print(f"demo-ready: caffetool demo.serve --run {trained.run_dir.name}")
+    print(f"as ONNX:    caffetool export {trained.run_dir.name}  (verified against Caffe, layer by layer)")
 
 
 def check_project_settings(folder: Path) -> None:
@@ -75,6 +76,7 @@ ns.add_collection(train.ns)
 ns.add_collection(sweep.ns)
 ns.add_collection(demo.ns)
 ns.add_collection(evaluate.ns)
+ns.add_collection(export.ns)
 ns.add_collection(memory.ns)
 ns.add_collection(docker.ns)
 ns.configure(TASK_DEFAULTS)

@@ -20,7 +20,7 @@ MODEL_HELP = {
     "run": "run name or directory (default: the newest run)", "deploy": "deploy.prototxt (instead of --run)",
     "weights": ".caffemodel (with --deploy, or to pick a snapshot of --run)", "labels": "labels.txt (with --deploy)",
     "mean": "mean .binaryproto or .npy (with --deploy)", "scale": "input scale, above 0 (with --deploy; default 1)",
-    "backend": "caffe (pycaffe) or opencv (cv2.dnn)", "runs_dir": "where runs are",
+    "backend": "caffe (pycaffe), opencv (cv2.dnn) or onnxruntime (the run's ONNX export, made if missing)", "runs_dir": "where runs are",
     "mean_values": "per-channel means, e.g. 104,117,123 (BGR; with --deploy, instead of --mean)",
     "channel_swap": "colour nets: channel order after RGB decoding (with --deploy; default 2,1,0: BGR)",
     "raw_scale": "colour nets: multiplies the [0, 1] pixels before the mean (with --deploy; default 255)",
@@ -50,16 +50,18 @@ class ColourFlags:
 
 def model_files(c: Context, run: str | None, deploy: str | None, weights: str | None, labels: str | None,
                 mean: str | None, scale: str | None, runs_dir: str | None,
-                colour: ColourFlags = ColourFlags()) -> demo_classifier.ModelFiles:
-    """The model's files from the flags: given one by one with --deploy, else those of a run."""
+                colour: ColourFlags = ColourFlags(), need_labels: bool = True) -> demo_classifier.ModelFiles:
+    """The model's files from the flags: given one by one with --deploy, else those of a run
+    (``need_labels`` False: a --deploy model's classes may go unnamed, as in an export)."""
     dims = numbers(colour.image_dims, "--image-dims", SIDE, 2)
     if deploy:
-        if not (weights and labels):
-            raise ConfigError("--deploy needs --weights and --labels too")
+        if not weights or (need_labels and not labels):
+            raise ConfigError("--deploy needs --weights and --labels too" if need_labels
+                              else "--deploy needs --weights too")
         if mean and colour.mean_values:
             raise ConfigError("give --mean FILE or --mean-values, not both")
         return demo_classifier.ModelFiles(input_file(deploy, "--deploy"), input_file(weights, "--weights"),
-                                          input_file(labels, "--labels"),
+                                          input_file(labels, "--labels") if labels else None,
                                           input_file(mean, "--mean") if mean else None,
                                           bounded(scale, "--scale", SCALE),
                                           mean_values=numbers(colour.mean_values, "--mean-values", MEAN_VALUE),

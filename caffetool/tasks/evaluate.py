@@ -18,7 +18,7 @@ from caffetool.train import devices
 @task(default=True, positional=["run"], help={
     "run": "run name or directory", "weights": ".caffemodel (default: the run's newest)",
     "split": "test (default) or train: the database of that phase's Data layer",
-    "top": "k of the top-k accuracy (default 5, or every class of a net of fewer)", "backend": "caffe (pycaffe, exact) or opencv (cv2.dnn)",
+    "top": "k of the top-k accuracy (default 5, or every class of a net of fewer)", "backend": "caffe (pycaffe, exact), opencv (cv2.dnn) or onnxruntime (the run's ONNX export, made if missing)",
     "batch_size": "records per forward pass (default: the data layer's batch_size)",
     "caffe_test": "also run `caffe test` over the same records to compare (default; --no-caffe-test skips)",
     "gpu": "cpu (default), auto or one GPU id: where pycaffe and `caffe test` run",

@@ -1,0 +1,43 @@
+"""A Caffe layer as the converters see it, and how Caffe reads axes and per-axis parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from caffetool.errors import ExportError
+
+
+@dataclass
+class Layer:
+    param: Any  # the LayerParameter
+    bottoms: list[str]  # ONNX names of the inputs
+    tops: list[str]  # ONNX names the layer writes
+    bottom_shapes: list[tuple[int, ...]]
+    top_shapes: list[tuple[int, ...]]
+    blobs: list[np.ndarray]  # learned blobs, as pycaffe holds them
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+    def refuse(self, why: str) -> ExportError:
+        return ExportError(f"layer {self.name!r} ({self.param.type}) cannot be exported: {why}")
+
+
+def axis_of(axis: int, rank: int) -> int:
+    """Caffe's ``CanonicalAxisIndex``."""
+    return axis + rank if axis < 0 else axis
+
+
+def per_axis(values: Any, h: Any, w: Any, has_hw: bool, spatial: int, default: int) -> list[int]:
+    """A convolution's or pooling's kernel/stride/pad per spatial axis, as Caffe reads them: the
+    ``_h``/``_w`` pair (2-D only), one value for every axis, or one per axis."""
+    if has_hw:
+        return [int(h), int(w)]
+    values = list(values) if hasattr(values, "__len__") else [values]
+    if not values:
+        return [default] * spatial
+    return [int(values[0])] * spatial if len(values) == 1 else [int(v) for v in values]

@@ -1,0 +1,334 @@
+"""``caffetool export``: a deploy net and its weights as an ONNX model, written only once verified.
+
+The order of work is the order of trust: refuse layers ONNX cannot hold (by name and reason), let
+Caffe build the net with the weights in a child (a corrupt file or the weights of another net abort
+Caffe there, not here), convert (:mod:`.convert`), let ``onnx.checker`` check the model with its
+shape inference, run it beside pycaffe on the run's test images or on drawn images
+(:mod:`.verify`), and only then write the model and its record (``export.json``: per-layer errors,
+top-1 agreement, sha256s of deploy, weights and model, versions). A model past the tolerance is
+not written. A run's export is ``RUN/export/`` (model.onnx, export.json), replaced as one folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from caffetool import __version__, fsio
+from caffetool.checksum import sha256_file
+from caffetool.demo import modelfiles
+from caffetool.engine import EngineInfo, import_caffe
+from caffetool.errors import ConfigError, DataError, ExportError, RunError
+from caffetool.export import convert, inputs, preprocessing, runtime, verify
+from caffetool.nets import check as net_check
+from caffetool.nets import prototxt
+from caffetool.runs import labels as label_file
+
+MODEL, RECORD, FOLDER = "model.onnx", "export.json", "export"
+DEFAULT_OPSET = 17
+DEFAULT_TOLERANCE = 1e-4
+RUN_IMAGES, DRAWN_IMAGES = 10_000, 16  # verified on, by default
+VERIFY_BATCH = 50
+
+
+@dataclass
+class ExportRequest:
+    files: modelfiles.ModelFiles
+    out: Path  # the model file
+    opset: int = DEFAULT_OPSET
+    batch: int | None = None  # None: dynamic
+    tolerance: float = DEFAULT_TOLERANCE
+    images: int | None = None
+    with_preprocessing: bool = False
+
+
+@dataclass
+class Exported:
+    model: Path
+    record: Path
+    verification: verify.Verification
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_request(run_dir: Path, **options: Any) -> ExportRequest:
+    """An export of a run's newest weights (or ``options['files']``) to ``RUN/export/model.onnx``."""
+    files = options.pop("files", None) or modelfiles.from_run(run_dir)
+    return ExportRequest(files, run_dir / FOLDER / MODEL, **options)
+
+
+def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None] = print) -> Exported:
+    """Convert, verify, and write the model and its record (nothing is written unless verified)."""
+    started = time.perf_counter()
+    _check_opset(request.opset)
+    _check_target(request)
+    caffe, net_param, net = _load(engine, request.files)
+    labels = _labels(request.files)
+    converted = convert.convert(net_param, net, request.opset, request.batch, _name(request.files))
+    caffe_input, onnx_input = _io_names(converted, request.with_preprocessing)
+    p = _preprocessing(caffe, request.files, net_param, onnx_input)
+    model = _finished(converted, p, labels, request)
+    seconds = {"convert": time.perf_counter() - started}
+    source, feeds = _feeds(caffe, request.files, converted, net_param, p, caffe_input, onnx_input, request)
+    result = verify.verify(net, converted, model, feeds, request.tolerance, request.batch, source,
+                           runtime.session_of)
+    seconds["verify"] = time.perf_counter() - started - seconds["convert"]
+    _reported(result, say, "", ": no model was written (compare with --tolerance, or report the layer)")
+    record = _record(engine, request, model, converted, result, p, seconds)
+    _write(request, model, record)
+    return Exported(request.out, request.out.parent / RECORD, result, seconds)
+
+
+def _check_opset(opset: int) -> None:
+    newest = onnx.defs.onnx_opset_version()
+    if not convert.MIN_OPSET <= opset <= newest:
+        raise ConfigError(f"--opset {opset} is outside {convert.MIN_OPSET}..{newest} (the onnx package here "
+                          f"knows opsets up to {newest}; the export needs {convert.MIN_OPSET} or later)")
+
+
+def _check_target(request: ExportRequest) -> None:
+    """Replace only an export caffetool made: the model file and the record beside it that names it."""
+    out = request.out
+    if out.suffix != ".onnx":
+        raise ConfigError(f"--out {out} should end in .onnx")
+    record = out.parent / RECORD
+    if record.exists():
+        try:
+            named = json.loads(record.read_text()).get("model")
+        except (OSError, ValueError, AttributeError):
+            named = None
+        if named != out.name:
+            raise ConfigError(f"{record} is not the record of an export of {out.name} (it names {named!r}); "
+                              "write the export to another folder (nothing was changed)")
+    elif out.exists():
+        raise ConfigError(f"{out} exists and caffetool did not make it (no {RECORD} beside it names it); "
+                          "choose another --out (nothing was changed)")
+    for given in (request.files.deploy, request.files.weights):
+        if Path(given).resolve() == out.resolve():
+            raise ConfigError(f"--out {out} is the input {given}; choose another file (nothing was changed)")
+
+
+def _preprocessing(caffe: Any, files: modelfiles.ModelFiles, net_param: Any,
+                   onnx_input: str | None) -> preprocessing.Preprocessing | None:
+    """How images become the input of a net that takes images (its run's transform, or the flags'); None
+    for a net that takes something else."""
+    if onnx_input is None:
+        return None
+    return preprocessing.Preprocessing.of(modelfiles.transform_of(caffe, files, net_param))
+
+
+def _load(engine: EngineInfo, files: modelfiles.ModelFiles) -> tuple[Any, Any, Any]:
+    caffe = import_caffe(engine)
+    for what, path in (("deploy net", files.deploy), ("weights", files.weights)):
+        if not Path(path).is_file():
+            raise (RunError if files.run else ConfigError)(f"{what} {path} not found")
+    net_param = prototxt.read(files.deploy, caffe.proto.caffe_pb2.NetParameter())
+    convert.refusals(net_param)
+    net_check.validate(engine, Path(files.deploy).parent, deploy=[Path(files.deploy).name],
+                   weights=str(Path(files.weights).absolute()))
+    caffe.set_mode_cpu()
+    net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
+    return caffe, net_param, net
+
+
+def _labels(files: modelfiles.ModelFiles) -> list[str] | None:
+    return label_file.read(Path(files.labels)) if files.labels and Path(files.labels).is_file() else None
+
+
+def _name(files: modelfiles.ModelFiles) -> str:
+    return files.run.name if files.run else Path(files.weights).stem
+
+
+def _io_names(converted: convert.Converted, with_preprocessing: bool) -> tuple[str, str | None]:
+    """(the Caffe input images go to, the model's input for them); None when the net takes no images."""
+    images = [name for name, shape in converted.inputs.items() if len(shape) == 3]
+    if len(converted.inputs) != 1 or not images:
+        if with_preprocessing:
+            raise ConfigError("--with-preprocessing needs a net with one image input (N, C, H, W)")
+        return "", None
+    return images[0], preprocessing.IMAGE_INPUT if with_preprocessing else images[0]
+
+
+def _finished(converted: convert.Converted, p: preprocessing.Preprocessing | None, labels: list[str] | None,
+              request: ExportRequest) -> onnx.ModelProto:
+    """The model as written: metadata, the preprocessing in the graph when asked, checked by onnx."""
+    model = converted.model
+    if request.with_preprocessing:
+        model = preprocessing.prepend(model, next(iter(converted.inputs)), p,
+                                      request.batch if request.batch is not None else convert.DYNAMIC_BATCH)
+    props = {**(p.metadata() if p else {}),
+             "caffetool.preprocessing_in_graph": str(request.with_preprocessing).lower()}
+    if labels is not None:
+        props["caffetool.labels"] = json.dumps(labels)
+    onnx.helper.set_model_props(model, props)
+    model.producer_version = __version__
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise ExportError(f"onnx's checker refused the converted model: {str(e).strip().splitlines()[0]}") from None
+    return model
+
+
+def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: convert.Converted, net_param: Any,
+           p: preprocessing.Preprocessing | None, caffe_input: str, onnx_input: str | None,
+           request: ExportRequest) -> tuple[str, Iterator[inputs.Feeds]]:
+    size = request.batch or VERIFY_BATCH
+    if onnx_input is None or p is None:
+        count = request.images or DRAWN_IMAGES
+        return f"{count} drawn inputs (seed {inputs.SEED})", _other_feeds(converted, net_param, count, size)
+    transformer = p.transformer(caffe, caffe_input)
+    if files.run is not None:
+        count = request.images or RUN_IMAGES
+        try:
+            first = inputs.run_images(files.run, caffe.proto.caffe_pb2, converted.inputs[caffe_input], count)
+            items = ((inputs.as_loaded(pixels, p) if request.with_preprocessing else None, blob)
+                     for pixels, blob in first)
+            return (f"the run's test images (first {count:,})",
+                    inputs.batched(_peeked(items), size, caffe_input, onnx_input, p, transformer))
+        except (DataError, RunError):
+            pass  # a run without a test database of its own: drawn images, as for a deploy net
+    count = request.images or DRAWN_IMAGES
+    drawn = ((image, None) for image in inputs.drawn_images(p, count))
+    return (f"{count} drawn images (seed {inputs.SEED})",
+            inputs.batched(drawn, size, caffe_input, onnx_input, p, transformer))
+
+
+def _peeked(items: Iterator) -> Iterator:
+    """``items`` with its first element read now, so a database that cannot be read fails here."""
+    first = next(items, None)
+    if first is None:
+        raise DataError("the run's test database holds no records")
+
+    def chained() -> Iterator:
+        yield first
+        yield from items
+    return chained()
+
+
+def _other_feeds(converted: convert.Converted, net_param: Any, count: int, size: int) -> Iterator[inputs.Feeds]:
+    embeds = {layer.bottom[0]: layer.embed_param.input_dim for layer in net_param.layer if layer.type == "Embed"}
+    rng = np.random.default_rng(inputs.SEED)
+    for start in range(0, count, size):
+        n = min(size, count - start)
+        feeds = {name: inputs.other_inputs(shape, n, rng, embeds.get(name)) for name, shape in converted.inputs.items()}
+        yield feeds, feeds
+
+
+def _record(engine: EngineInfo, request: ExportRequest, model: onnx.ModelProto, converted: convert.Converted,
+            result: verify.Verification, p: preprocessing.Preprocessing | None, seconds: dict) -> dict:
+    import onnxruntime  # noqa: PLC0415
+
+    files = request.files
+    return {
+        "model": request.out.name,
+        "sha256": {"deploy": sha256_file(Path(files.deploy)), "weights": sha256_file(Path(files.weights)),
+                   "onnx": None},  # filled once the bytes are final
+        "deploy": str(Path(files.deploy).absolute()), "weights": str(Path(files.weights).absolute()),
+        "run": str(files.run) if files.run else None,
+        "opset": request.opset, "ir_version": model.ir_version,
+        "batch": request.batch if request.batch is not None else "dynamic",
+        "inputs": {i.name: _dims(i) for i in model.graph.input},
+        "outputs": {o.name: _dims(o) for o in model.graph.output},
+        "preprocessing": p.steps() if p else None, "preprocessing_in_graph": request.with_preprocessing,
+        "verification": result.record(),
+        "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "caffetool": __version__,
+                     "engine": engine.manifest.get("source", {}).get("version"),
+                     "engine_built_at": engine.manifest.get("built_at")},
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
+    }
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int | str] | None:
+    t = value.type.tensor_type
+    return [d.dim_param or d.dim_value for d in t.shape.dim] if t.HasField("shape") else None
+
+
+def _write(request: ExportRequest, model: onnx.ModelProto, record: dict) -> None:
+    """The model and its record; a run's export folder is replaced as a whole, in one rename."""
+    data = model.SerializeToString()
+    record["sha256"]["onnx"] = hashlib.sha256(data).hexdigest()
+    text = json.dumps(record, indent=2) + "\n"
+    out = request.out
+    if request.files.run is not None and out.parent == request.files.run / FOLDER:
+        fsio.check_replaceable(out.parent, lambda d: (d / RECORD).is_file(), "an export", error=ExportError)
+        with fsio.staged_dir(out.parent, ExportError) as folder:
+            (folder / out.name).write_bytes(data)
+            (folder / RECORD).write_text(text)
+        return
+    fsio.write_atomic(out, data, ExportError)
+    fsio.write_atomic(out.parent / RECORD, text, ExportError)
+
+
+def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, tolerance: float,
+          images: int | None, say: Callable[[str], None] = print) -> verify.Verification:
+    """``export.check``: an existing model against Caffe again, layer by layer, on the same inputs as
+    an export (its tensors carry Caffe's blob names, as caffetool's exports do)."""
+    caffe, net_param, net = _load(engine, files)
+    model = _read_model(model_path)
+    first = model.graph.input[0].type.tensor_type.shape.dim[0] if model.graph.input else None
+    batch = first.dim_value if first is not None and first.dim_value else None
+    converted = convert.convert(net_param, net, model.opset_import[0].version, batch, _name(files))
+    missing = [name for c in converted.compared for _, name in c.outputs
+               if name not in {t for node in model.graph.node for t in node.output}]
+    if missing:
+        raise ExportError(f"{model_path} has no tensor {missing[0]!r} for the deploy net's blob of that name: it "
+                          "is not an export of this net (or was made by another tool)")
+    with_preprocessing = any(i.name == preprocessing.IMAGE_INPUT for i in model.graph.input)
+    caffe_input, onnx_input = _io_names(converted, with_preprocessing)
+    p = _preprocessing(caffe, files, net_param, onnx_input)
+    request = ExportRequest(files, model_path, model.opset_import[0].version, batch, tolerance, images,
+                            with_preprocessing)
+    source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, onnx_input, request)
+    result = verify.verify(net, converted, model, feeds, tolerance, batch, source, runtime.session_of)
+    _reported(result, say, f"{model_path}: ", "")
+    return result
+
+
+def _reported(result: verify.Verification, say: Callable[[str], None], where: str, then: str) -> None:
+    """The layer table and the summary said; a verification past the tolerance raised, naming the first
+    layer past it."""
+    for line in result.table():
+        say(line)
+    say(result.summary())
+    past = result.first_past()
+    if past is not None:
+        raise ExportError(f"{where}layer {past.layer!r} ({past.type}) differs from Caffe by {past.rel:.3g} of its "
+                          f"scale, past the tolerance of {result.tolerance:g}{then}")
+
+
+def _read_model(path: Path) -> onnx.ModelProto:
+    try:
+        return onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, ValueError or its own
+        raise ExportError(f"{path} cannot be read as an ONNX model ({str(e).strip().splitlines()[0]})") from None
+
+
+def run_export(engine: EngineInfo, files: modelfiles.ModelFiles,
+               say: Callable[[str], None] = print) -> Path:
+    """The run's export of exactly these weights (its record's sha256s match), made now if missing or stale:
+    what the ``onnxruntime`` backend serves and evaluates."""
+    run_dir = files.run
+    if run_dir is None:
+        raise ConfigError("the onnxruntime backend runs a run's export; give --run (or export the files with "
+                          "`caffetool export --deploy ... --weights ... --out FILE` and evaluate the run)")
+    model, record = run_dir / FOLDER / MODEL, run_dir / FOLDER / RECORD
+    try:
+        made = json.loads(record.read_text())
+        fresh = (made["sha256"]["weights"] == sha256_file(Path(files.weights))
+                 and made["sha256"]["deploy"] == sha256_file(Path(files.deploy))
+                 and made["sha256"]["onnx"] == sha256_file(model) and not made.get("preprocessing_in_graph"))
+    except (OSError, ValueError, KeyError, TypeError):
+        fresh = False
+    if not fresh:
+        say(f"exporting {run_dir.name} to ONNX ({model}), verified against Caffe first")
+        export(engine, run_request(run_dir, files=files), say=lambda _: None)
+    return model

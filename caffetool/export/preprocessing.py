@@ -1,0 +1,105 @@
+"""How images become the net's input, carried by the exported model: as metadata, or in the graph.
+
+The steps are pycaffe's ``caffe.io.Transformer`` (``python/caffe/io.py``) with ``set_transpose((2, 0,
+1))``, applied to an image as ``caffe.io.load_image`` gives it (H x W x C floats in [0, 1], RGB, or
+one grey channel) once resized to ``image_dims`` and centre-cropped to the input size: transpose to
+C x H x W, reorder the channels (``channel_swap``), multiply by ``raw_scale``, subtract the mean,
+multiply by ``input_scale``. A grey net trained by caffetool is the same with ``raw_scale`` 255 and
+no swap: its pixels minus the mean, times Caffe's ``transform_param.scale``.
+
+Metadata keys (ONNX ``metadata_props``, strings; JSON where structured), documented in the README:
+``caffetool.preprocessing`` (the steps, below), ``caffetool.mean_image`` (a (C, H, W) mean, as the
+base64 of a ``.npy``, when the mean is an image), ``caffetool.labels`` (JSON list of class names),
+``caffetool.preprocessing_in_graph`` (``true`` when :func:`prepend` made the graph take images).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from caffetool.export.graph import Graph, tensor
+
+IMAGE_INPUT = "image"
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    channels: int
+    height: int
+    width: int
+    input_scale: float = 1.0
+    mean: np.ndarray | None = None  # (C,) values or a (C, H, W) image, in the net's channel order
+    raw_scale: float = 255.0
+    channel_swap: tuple[int, ...] | None = None
+    image_dims: tuple[int, int] | None = None  # resize to before the centre crop
+
+    @classmethod
+    def of(cls, transform: Any) -> Preprocessing:
+        """From the demo's transform (:class:`caffetool.demo.preprocess.Transform`) of a model."""
+        colour = transform.colour
+        return cls(transform.channels, transform.height, transform.width, float(transform.scale),
+                   transform.mean, float(colour.raw_scale) if colour and colour.raw_scale else 255.0,
+                   tuple(colour.channel_swap) if colour and colour.channel_swap else None,
+                   tuple(colour.image_dims) if colour and colour.image_dims else None)
+
+    def steps(self) -> dict:
+        mean = None if self.mean is None else "image" if self.mean.ndim == 3 else [float(v) for v in self.mean]
+        return {"input": "NHWC float32 in [0, 1]: RGB, or one grey channel", "layout": "NCHW",
+                "image_dims": list(self.image_dims) if self.image_dims else None,
+                "crop": [self.height, self.width], "channel_swap": list(self.channel_swap) if self.channel_swap
+                else None, "raw_scale": self.raw_scale, "mean": mean, "input_scale": self.input_scale}
+
+    def metadata(self) -> dict[str, str]:
+        props = {"caffetool.preprocessing": json.dumps(self.steps())}
+        if self.mean is not None and self.mean.ndim == 3:
+            buffer = io.BytesIO()
+            np.save(buffer, self.mean.astype(np.float32), allow_pickle=False)
+            props["caffetool.mean_image"] = base64.b64encode(buffer.getvalue()).decode()
+        return props
+
+    def transformer(self, caffe: Any, input_name: str) -> Any:
+        """pycaffe's own ``caffe.io.Transformer`` set up with these steps: the reference."""
+        t = caffe.io.Transformer({input_name: (1, self.channels, self.height, self.width)})
+        t.set_transpose(input_name, (2, 0, 1))
+        if self.channel_swap:
+            t.set_channel_swap(input_name, self.channel_swap)
+        t.set_raw_scale(input_name, self.raw_scale)
+        if self.mean is not None:
+            t.set_mean(input_name, self.mean if self.mean.ndim == 3 else np.asarray(self.mean, np.float64))
+        if self.input_scale != 1:
+            t.set_input_scale(input_name, self.input_scale)
+        return t
+
+
+def prepend(model: onnx.ModelProto, input_name: str, p: Preprocessing, batch: int | str) -> onnx.ModelProto:
+    """A copy of ``model`` that takes images (:data:`IMAGE_INPUT`, N x H x W x C in [0, 1]) and makes
+    ``input_name`` from them with the Transformer's steps."""
+    g = Graph(model.opset_import[0].version)
+    for value in [*model.graph.input, *model.graph.initializer, *model.graph.node]:
+        g.claim(value.name)
+    x = g.op1("Transpose", [g.claim(IMAGE_INPUT)], "preprocess", perm=[0, 3, 1, 2])
+    if p.channel_swap:
+        x = g.op1("Gather", [x, g.ints("preprocess/channel_swap", p.channel_swap)], "preprocess", axis=1)
+    if p.raw_scale != 1:
+        x = g.op1("Mul", [x, g.const("preprocess/raw_scale", p.raw_scale)], "preprocess")
+    if p.mean is not None:
+        mean = p.mean if p.mean.ndim == 3 else np.asarray(p.mean).reshape(-1, 1, 1)
+        x = g.op1("Sub", [x, g.const("preprocess/mean", mean)], "preprocess")
+    g.op1("Mul", [x, g.const("preprocess/input_scale", p.input_scale)], "preprocess", input_name)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = [i for i in copy.graph.input if i.name != input_name]
+    del copy.graph.input[:]
+    copy.graph.input.extend([tensor(IMAGE_INPUT, [batch, p.height, p.width, p.channels]), *kept])
+    nodes = [*g.nodes, *copy.graph.node]
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
+    copy.graph.initializer.extend(g.initializers)
+    return copy

@@ -1,0 +1,172 @@
+"""The export checked against Caffe: the same inputs through pycaffe and onnxruntime, layer by layer.
+
+pycaffe runs the net one layer at a time (``Net._forward(i, i)``), so each layer's outputs are read
+right after that layer — including the versions of a blob that an in-place layer overwrites next.
+onnxruntime runs the model twice: once with every layer's output made a graph output (the layer
+table), and once as exported (the outputs a user gets, and top-1 agreement on them).
+
+A layer's error is relative to its blob's scale: ``max |caffe - onnx| / max(|caffe|, |onnx|)`` over
+every image; a blob that is zero in both has error 0. Values that are not finite must be the same
+non-finite values in both. The verification fails at the first layer past the tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from caffetool.export.convert import Converted
+from caffetool.export.graph import tensor
+
+
+@dataclass
+class LayerFigures:
+    layer: str
+    type: str
+    blob: str
+    max_abs: float = 0.0
+    scale: float = 0.0
+
+    @property
+    def rel(self) -> float:
+        return self.max_abs / self.scale if self.scale > 0 else (0.0 if self.max_abs == 0 else float("inf"))
+
+    def add(self, caffe: np.ndarray, onnx_value: np.ndarray) -> None:
+        if caffe.shape != onnx_value.shape and caffe.size == onnx_value.size:
+            onnx_value = onnx_value.reshape(caffe.shape)  # Caffe keeps trailing 1-axes ONNX may not
+        if caffe.shape != onnx_value.shape:
+            self.max_abs = float("inf")
+            return
+        finite = np.isfinite(caffe) & np.isfinite(onnx_value)
+        same_special = ~finite & ((caffe == onnx_value) | (np.isnan(caffe) & np.isnan(onnx_value)))
+        if not np.all(finite | same_special):
+            self.max_abs = float("inf")
+            return
+        if finite.any():
+            a, b = caffe[finite].astype(np.float64), onnx_value[finite].astype(np.float64)
+            self.max_abs = max(self.max_abs, float(np.abs(a - b).max()))
+            self.scale = max(self.scale, float(np.abs(a).max()), float(np.abs(b).max()))
+
+    def record(self) -> dict:
+        return {"layer": self.layer, "type": self.type, "blob": self.blob, "max_abs_error": self.max_abs,
+                "max_rel_error": self.rel, "scale": self.scale}
+
+
+@dataclass
+class Verification:
+    tolerance: float
+    source: str
+    layers: list[LayerFigures]
+    images: int = 0
+    top1_agree: int | None = None
+    output_max_abs: float = 0.0
+    outputs: list[str] = field(default_factory=list)
+
+    def first_past(self) -> LayerFigures | None:
+        return next((f for f in self.layers if not f.rel <= self.tolerance), None)
+
+    @property
+    def passed(self) -> bool:
+        return self.first_past() is None
+
+    def table(self) -> list[str]:
+        width = max([len(f"{f.layer} ({f.type})") for f in self.layers] + [5])
+        lines = [f"{'layer'.ljust(width)}  {'max abs error':>13}  {'max rel error':>13}"]
+        for f in self.layers:
+            mark = "  <- past the tolerance" if f is self.first_past() else ""
+            lines.append(f"{f'{f.layer} ({f.type})'.ljust(width)}  {f.max_abs:13.3e}  {f.rel:13.3e}{mark}")
+        return lines
+
+    def summary(self) -> str:
+        agree = (f"top-1 agrees on {self.top1_agree:,} of {self.images:,} images" if self.top1_agree is not None
+                 else f"{self.images:,} inputs")
+        return f"{agree}; outputs within {self.output_max_abs:.3g} ({self.source})"
+
+    def record(self) -> dict:
+        past = self.first_past()
+        return {"tolerance": self.tolerance, "passed": self.passed, "source": self.source, "images": self.images,
+                "top1_agreement": self.top1_agree, "output_max_abs_error": self.output_max_abs,
+                "outputs": self.outputs, "first_past_tolerance": past.layer if past else None,
+                "layers": [f.record() for f in self.layers]}
+
+
+def instrumented(model: onnx.ModelProto, converted: Converted) -> onnx.ModelProto:
+    """A copy of ``model`` whose every compared tensor is also a graph output."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    present = {o.name for o in copy.graph.output}
+    copy.graph.output.extend(tensor(name, None) for c in converted.compared for _, name in c.outputs
+                             if name not in present)
+    return copy
+
+
+def verify(net: Any, converted: Converted, model: onnx.ModelProto,
+           batches: Iterable[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]], tolerance: float,
+           batch: int | None, source: str, session: Any) -> Verification:
+    """Run every batch — (pycaffe's feeds, the model's feeds), input name -> (n, ...) array — through
+    pycaffe layer by layer and through the model (``session`` makes an onnxruntime session of a
+    model), and compare."""
+    figures = [LayerFigures(c.layer, c.type, blob) for c in converted.compared for blob, _ in c.outputs]
+    result = Verification(tolerance, source, figures, outputs=list(converted.outputs))
+    every = session(instrumented(model, converted))
+    plain = session(model)
+    blob_of = _output_blobs(converted)
+    final = converted.outputs[-1] if converted.outputs else None
+    result.top1_agree = 0
+    for caffe_feeds, onnx_feeds in batches:
+        n = len(next(iter(caffe_feeds.values())))
+        fed = {k: _padded(v, batch) for k, v in onnx_feeds.items()}
+        caffe_values = _caffe_layers(net, converted, {k: _padded(v, batch) for k, v in caffe_feeds.items()})
+        names = [name for c in converted.compared for _, name in c.outputs]
+        onnx_values = dict(zip(names, every.run(names, fed)))
+        for f, value, name in zip(figures, caffe_values, names):
+            f.add(value[:n], onnx_values[name][:n])
+        outputs = dict(zip(converted.outputs, plain.run(converted.outputs, fed)))
+        for name in converted.outputs:
+            mine = net.blobs[blob_of[name]].data[:n]
+            theirs = outputs[name][:n].reshape(mine.shape)
+            result.output_max_abs = max(result.output_max_abs, float(np.abs(mine - theirs).max()))
+        if final is not None and result.top1_agree is not None:
+            mine = net.blobs[blob_of[final]].data[:n].reshape(n, -1)
+            theirs = outputs[final][:n].reshape(n, -1)
+            if mine.shape[1] > 1:
+                result.top1_agree += int((mine.argmax(1) == theirs.argmax(1)).sum())
+            else:
+                result.top1_agree = None
+        result.images += n
+    return result
+
+
+def _output_blobs(converted: Converted) -> dict[str, str]:
+    """The Caffe blob each model output is: its own name, but for a net input that an in-place layer
+    rewrites, whose last version is ``BLOB/LAYER`` (the input keeps the name)."""
+    written = {name: blob for c in converted.compared for blob, name in c.outputs}
+    return {name: written.get(name, name) for name in converted.outputs}
+
+
+def _padded(x: np.ndarray, batch: int | None) -> np.ndarray:
+    """A fixed-batch model's input: the last, short batch filled up with copies of its first row."""
+    if batch is None or len(x) == batch:
+        return np.ascontiguousarray(x, np.float32)
+    return np.ascontiguousarray(np.concatenate([x, np.repeat(x[:1], batch - len(x), 0)]), np.float32)
+
+
+def _caffe_layers(net: Any, converted: Converted, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Each compared output's value right after its layer ran, in the order of ``converted.compared``."""
+    for name, x in feeds.items():
+        net.blobs[name].reshape(*x.shape)
+    net.reshape()
+    for name, x in feeds.items():
+        net.blobs[name].data[...] = x
+    values, done = [], -1
+    for c in converted.compared:
+        net._forward(done + 1, c.index)
+        done = c.index
+        values += [net.blobs[blob].data.copy() for blob, _ in c.outputs]
+    if done + 1 < len(net.layers):
+        net._forward(done + 1, len(net.layers) - 1)
+    return values

@@ -1,0 +1,96 @@
+"""``caffetool export``: a trained model as ONNX, verified against Caffe layer by layer before it is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import Collection, Context
+
+from caffetool.choices import Limit, bounded, count, input_file, output_file
+from caffetool.engine import locate
+from caffetool.errors import ConfigError
+from caffetool.runs import runrecord
+from caffetool.tasks._common import pick, task
+from caffetool.tasks.demo import MODEL_HELP, ColourFlags, model_files
+
+TOLERANCE = Limit("a relative tolerance", 0, 1, low_open=True)
+HELP = {
+    "run": "run name or directory: writes RUN/export/model.onnx and export.json",
+    "deploy": "deploy.prototxt (instead of a run)", "weights": ".caffemodel (with --deploy, or a snapshot of RUN)",
+    "labels": "labels.txt (optional with --deploy): stored in the model's metadata",
+    "out": "the model file, .onnx (default: RUN/export/model.onnx; with --deploy, WEIGHTS-NAME.onnx here)",
+    "opset": "ONNX opset, 13 or later (default 17)",
+    "batch": "the batch dimension: dynamic (default) or a fixed number",
+    "mean": MODEL_HELP["mean"], "mean_values": MODEL_HELP["mean_values"], "scale": MODEL_HELP["scale"],
+    "channel_swap": MODEL_HELP["channel_swap"], "raw_scale": MODEL_HELP["raw_scale"],
+    "image_dims": MODEL_HELP["image_dims"],
+    "with_preprocessing": "the graph takes images (N x H x W x C in [0, 1]) and does the mean, scale and "
+                          "channel order itself",
+    "tolerance": "largest error allowed per layer, relative to the blob's scale (default 1e-4)",
+    "images": "how many images to verify on (default: the run's first 10,000 test images, else 16 drawn)",
+    "runs_dir": "where runs are",
+}
+
+
+@task(default=True, help=HELP)
+def export(c: Context, run: str | None = None, deploy: str | None = None, weights: str | None = None,
+           labels: str | None = None, out: str | None = None, opset: str = "17", batch: str = "dynamic",
+           mean: str | None = None, mean_values: str | None = None, scale: str | None = None,
+           channel_swap: str | None = None, raw_scale: str | None = None, image_dims: str | None = None,
+           with_preprocessing: bool = False, tolerance: str = "1e-4", images: str | None = None,
+           runs_dir: str | None = None) -> None:
+    """Export a run (or --deploy/--weights) to ONNX, verified against Caffe layer by layer; nothing is written
+    past the tolerance."""
+    from caffetool.export import exporter  # noqa: PLC0415 - onnx only when exporting
+
+    files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
+                   runs_dir)
+    target = output_file(out, "--out") if out else (
+        files.run / exporter.FOLDER / exporter.MODEL if files.run else Path.cwd() / f"{files.weights.stem}.onnx")
+    request = exporter.ExportRequest(files, target, int(bounded(opset, "--opset", Limit("an opset", 1, 10_000,
+                                                                                            kind=int))),
+                                     _batch(batch), float(bounded(tolerance, "--tolerance", TOLERANCE)),
+                                     count(images, "--images"), with_preprocessing)
+    result = exporter.export(locate(c.engine.prefix, probe=False), request)
+    print(f"wrote {result.model} and {result.record} (verified in {result.seconds['verify']:.1f} s)")
+
+
+@task(positional=["model"], help={**{k: v for k, v in HELP.items() if k not in ("out", "opset", "batch",
+                                                                                "with_preprocessing")},
+                                  "model": "the .onnx file to check", "run": "the run it was exported from"})
+def check(c: Context, model: str, run: str | None = None, deploy: str | None = None, weights: str | None = None,
+          labels: str | None = None, mean: str | None = None, mean_values: str | None = None,
+          scale: str | None = None, channel_swap: str | None = None, raw_scale: str | None = None,
+          image_dims: str | None = None, tolerance: str = "1e-4", images: str | None = None,
+          runs_dir: str | None = None) -> None:
+    """Compare an exported model with Caffe again, layer by layer (the run's, or --deploy/--weights)."""
+    from caffetool.export import exporter  # noqa: PLC0415
+
+    path = input_file(model, "MODEL")
+    files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
+                   runs_dir)
+    exporter.check(locate(c.engine.prefix, probe=False), path, files,
+                   float(bounded(tolerance, "--tolerance", TOLERANCE)), count(images, "--images"))
+    print(f"{path} agrees with Caffe")
+
+
+def _files(c: Context, run: str | None, deploy: str | None, weights: str | None, labels: str | None,
+           mean: str | None, mean_values: str | None, scale: str | None, channel_swap: str | None,
+           raw_scale: str | None, image_dims: str | None, runs_dir: str | None):  # noqa: ANN202
+    if run and deploy:
+        raise ConfigError("give a run or --deploy/--weights, not both")
+    if not run and not deploy:
+        raise ConfigError("give a run to export (caffetool export RUN) or --deploy FILE --weights FILE")
+    runs_root = Path(pick(runs_dir, c.runs.dir))
+    colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims)
+    return model_files(c, str(runrecord.find(runs_root, run)) if run else None, deploy, weights, labels, mean,
+                       scale, runs_dir, colour, need_labels=False)
+
+
+def _batch(text: str) -> int | None:
+    if str(text).strip().lower() == "dynamic":
+        return None
+    return count(text, "--batch")
+
+
+ns = Collection("export", export, check)
