@@ -74,7 +74,7 @@ def _accuracy(caffe: Any, n: Any, name: str, scores: Any, **extra: Any) -> None:
 
 # ---- ResNet-50 -----------------------------------------------------------------------------
 
-def _conv_bn(caffe: Any, n: Any, name: str, bn: str, bottom: Any, nout: int, ks: int, stride: int, pad: int,
+def conv_bn(caffe: Any, n: Any, name: str, bn: str, bottom: Any, nout: int, ks: int, stride: int, pad: int,
              relu: bool) -> Any:
     """ResNet's unit: bias-free convolution, BatchNorm and Scale (bias_term) in place, ReLU in place."""
     L = caffe.layers
@@ -86,15 +86,15 @@ def _conv_bn(caffe: Any, n: Any, name: str, bn: str, bottom: Any, nout: int, ks:
     return n[name]
 
 
-def _bottleneck(caffe: Any, n: Any, bottom: Any, block: str, width: int, stride: int, project: bool) -> Any:
+def bottleneck(caffe: Any, n: Any, bottom: Any, block: str, width: int, stride: int, project: bool) -> Any:
     """res{block}: 1x1 (stride) - 3x3 - 1x1 (4x width) plus the shortcut, Eltwise SUM, ReLU."""
     if project:
-        short = _conv_bn(caffe, n, f"res{block}_branch1", f"{block}_branch1", bottom, 4 * width, 1, stride, 0, False)
+        short = conv_bn(caffe, n, f"res{block}_branch1", f"{block}_branch1", bottom, 4 * width, 1, stride, 0, False)
     else:
         short = bottom
-    a = _conv_bn(caffe, n, f"res{block}_branch2a", f"{block}_branch2a", bottom, width, 1, stride, 0, True)
-    b = _conv_bn(caffe, n, f"res{block}_branch2b", f"{block}_branch2b", a, width, 3, 1, 1, True)
-    c = _conv_bn(caffe, n, f"res{block}_branch2c", f"{block}_branch2c", b, 4 * width, 1, 1, 0, False)
+    a = conv_bn(caffe, n, f"res{block}_branch2a", f"{block}_branch2a", bottom, width, 1, stride, 0, True)
+    b = conv_bn(caffe, n, f"res{block}_branch2b", f"{block}_branch2b", a, width, 3, 1, 1, True)
+    c = conv_bn(caffe, n, f"res{block}_branch2c", f"{block}_branch2c", b, 4 * width, 1, 1, 0, False)
     n[f"res{block}"] = caffe.layers.Eltwise(short, c, eltwise_param={"operation": caffe.params.Eltwise.SUM})
     n[f"res{block}_relu"] = caffe.layers.ReLU(n[f"res{block}"], in_place=True)
     return n[f"res{block}"]
@@ -113,12 +113,12 @@ def resnet50(caffe: Any, batch: int, size: int = 64, classes: int = 100, base: i
     """
     n = caffe.NetSpec()
     _data(caffe, n, batch, (3, size, size))
-    x = _conv_bn(caffe, n, "conv1", "_conv1", n.data, base, 7, 2, 3, True)
+    x = conv_bn(caffe, n, "conv1", "_conv1", n.data, base, 7, 2, 3, True)
     n.pool1 = _pool(caffe, x, 3, 2)
     x = n.pool1
     for stage, count in enumerate(blocks):
         for i in range(count):
-            x = _bottleneck(caffe, n, x, f"{stage + 2}{chr(ord('a') + i)}", base * 2 ** stage,
+            x = bottleneck(caffe, n, x, f"{stage + 2}{chr(ord('a') + i)}", base * 2 ** stage,
                             2 if (i == 0 and stage > 0) else 1, i == 0)
     n.pool5 = _global_pool(caffe, x)
     n.fc = _fc(caffe, n.pool5, classes)
