@@ -56,6 +56,7 @@ class Classifier:
     _net: Any = None  # the caffe.Net (pycaffe backend only): activations and filters
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _filters_png: bytes | None = None
+    blobs: tuple[str, str] = ("data", "prob")  # the deploy net's input and output blob names
 
     def describe(self) -> dict:
         t = self.transform
@@ -70,6 +71,11 @@ class Classifier:
                 "channel_swap": list(c.channel_swap) if c.channel_swap else None, "raw_scale": c.raw_scale,
                 "mean": None if t.mean is None else [float(v) for v in t.mean] if t.mean.ndim == 1 else "image"}
         return described
+
+    def rows(self, blob: np.ndarray) -> np.ndarray:
+        """The class probabilities of each row of a (N, C, H, W) blob (an inference request's images)."""
+        with self._lock:
+            return self._forward(np.ascontiguousarray(blob, np.float32))
 
     def probabilities(self, blob: np.ndarray) -> np.ndarray:
         """The class probabilities of a (N, C, H, W) blob; N oversampled crops are averaged,
@@ -127,6 +133,12 @@ class Classifier:
                 "activations_png": grids.png(grids.tile(activations)),
                 "activations_shape": list(activations.shape),
                 "filters_shape": list(self._net.params[conv][0].data.shape) if conv else None}
+
+
+def _input_name(deploy: Any) -> str:
+    """The deploy net's image input: its Input layer's top, or the legacy ``input`` field."""
+    tops = [layer.top[0] for layer in deploy.layer if layer.type == "Input" and layer.top]
+    return tops[0] if tops else (deploy.input[0] if deploy.input else "data")
 
 
 def _shown_layers(net: Any) -> dict[str, str]:
@@ -203,7 +215,8 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     if probs.size != len(labels):
         raise NetError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
     name = files.run.name if files.run else files.weights.stem
-    return Classifier(name, backend, transform, labels, files, _forward=forward, _net=net)
+    return Classifier(name, backend, transform, labels, files, _forward=forward, _net=net,
+                      blobs=(_input_name(deploy), output))
 
 
 def _onnxruntime(engine: EngineInfo, files: ModelFiles, output: str) -> Callable[[np.ndarray], np.ndarray]:

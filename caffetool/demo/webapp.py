@@ -36,7 +36,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from caffetool.demo import examples, multipart, runpage
+from caffetool.demo import examples, multipart, runpage, v2
 from caffetool.demo.classifier import Classifier, NoVisualizations
 from caffetool.demo.preprocess import BadImage, NotAnImage
 from caffetool.demo.runview import DamagedRun, NoRun, NoSuchImage, RunView
@@ -65,6 +65,7 @@ STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (BadImage, 422),
     (multipart.BadMultipart, 422),
     (BadParameter, 400),
+    (v2.NoSuchModel, 404),
     (examples.NoSuchExample, 404),
     (examples.NoExamples, 404),
     (NoRun, 404),
@@ -176,6 +177,7 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
         Route("/run", run_html),
         Route("/run/plots/{name}", run_image("plots")),
         Route("/run/eval/{name}", run_image("eval")),
+        *v2.routes(classifier, max_body, _read_body),
     ]
     return Starlette(routes=routes, exception_handlers={
         HTTPException: _http_error, CaffetoolError: _caffetool_error, ClientDisconnect: _gone,

@@ -1,0 +1,125 @@
+"""The Open Inference Protocol's HTTP routes (``/v2/...``) on the demo server, for the model it serves.
+
+Health (``/v2/health/live``, ``/v2/health/ready``), server and model metadata (``GET /v2``,
+``/v2/models/{name}[/versions/{v}]``), model readiness (``.../ready``) and ``POST
+.../infer``. The model is the demo's, named as the demo names it, version ``1``. It takes one of two
+inputs: its input blob (``FP32``, the net's C x H x W, several images along the first dimension,
+already preprocessed) or ``image`` (``BYTES``, one encoded image per element, preprocessed as the
+page's uploads are); it answers its output blob (``FP32``, probabilities per image), or with the
+classification extension the top k as ``"value:index:label"``. Errors are the protocol's
+``{"error": ...}`` (400 for a request it refuses, 404 for another model or version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from caffetool import __version__
+from caffetool.demo import oip, preprocess
+from caffetool.demo.classifier import Classifier
+from caffetool.errors import ConfigError
+
+VERSION = "1"
+IMAGE = "image"
+EXTENSIONS = ["classification", "binary_tensor_data"]
+MAX_IMAGES = 64  # encoded images one request may carry
+
+
+class NoSuchModel(ConfigError):
+    """A model name or version this server does not serve (answered 404)."""
+
+
+def routes(classifier: Classifier, max_body: int,
+           read_body: Callable[[Request, int], Awaitable[bytes]]) -> list[Route]:
+    """The ``/v2`` routes for ``classifier``; ``read_body`` reads a request's body within ``max_body``."""
+    async def server(request: Request) -> Response:
+        return JSONResponse({"name": "caffetool", "version": __version__, "extensions": EXTENSIONS})
+
+    async def healthy(request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def model(request: Request) -> Response:
+        _check(request, classifier)
+        return JSONResponse(metadata(classifier))
+
+    async def ready(request: Request) -> Response:
+        _check(request, classifier)
+        return Response(status_code=200)
+
+    async def infer(request: Request) -> Response:
+        _check(request, classifier)
+        parsed = oip.parse(await read_body(request, max_body), request.headers.get(oip.HEADER))
+        outputs = await anyio.to_thread.run_sync(answer, classifier, parsed)
+        body, header = oip.response(classifier.name, VERSION, parsed.id, outputs)
+        if header is None:
+            return Response(body, media_type="application/json")
+        return Response(body, media_type="application/octet-stream", headers={oip.HEADER: str(header)})
+
+    found = []
+    for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+        found += [Route(prefix, model), Route(f"{prefix}/ready", ready), Route(f"{prefix}/infer", infer,
+                                                                               methods=["POST"])]
+    return [Route("/v2", server), Route("/v2/health/live", healthy), Route("/v2/health/ready", healthy), *found]
+
+
+def metadata(classifier: Classifier) -> dict[str, Any]:
+    t = classifier.transform
+    data, output = classifier.blobs
+    return {"name": classifier.name, "versions": [VERSION],
+            "platform": {"caffe": "caffe_caffemodel", "onnxruntime": "onnxruntime_onnx"}.get(classifier.backend,
+                                                                                          "opencv_caffemodel"),
+            "inputs": [{"name": data, "datatype": "FP32", "shape": [-1, t.channels, t.height, t.width]},
+                       {"name": IMAGE, "datatype": "BYTES", "shape": [-1]}],
+            "outputs": [{"name": output, "datatype": "FP32", "shape": [-1, len(classifier.labels)]}]}
+
+
+def answer(classifier: Classifier, request: oip.InferRequest) -> list[tuple[oip.Tensor, bool]]:
+    """The outputs of one infer request: probabilities per image, as asked (tensor or top k, binary or JSON)."""
+    probs = _probabilities(classifier, request.inputs)
+    output = classifier.blobs[1]
+    wanted = request.outputs or [oip.Wanted(output, request.binary_default)]
+    answered = []
+    for w in wanted:
+        if w.name != output:
+            raise oip.ProtocolError(f"output '{w.name}' is not one of the model's ({output})")
+        tensor = (oip.classification(probs, w.classification, classifier.labels, output) if w.classification
+                  else oip.Tensor(output, "FP32", list(probs.shape), probs))
+        answered.append((tensor, w.binary))
+    return answered
+
+
+def _probabilities(classifier: Classifier, inputs: list[oip.Tensor]) -> np.ndarray:
+    data = classifier.blobs[0]
+    if len(inputs) != 1 or inputs[0].name not in (data, IMAGE):
+        raise oip.ProtocolError(f"give one input: '{data}' (FP32, preprocessed) or '{IMAGE}' (BYTES, encoded "
+                                f"images); got {', '.join(repr(i.name) for i in inputs)}")
+    given = inputs[0]
+    t = classifier.transform
+    if given.name == IMAGE:
+        if given.datatype != "BYTES" or given.data.ndim != 1 or not 1 <= given.data.size <= MAX_IMAGES:
+            raise oip.ProtocolError(f"input '{IMAGE}' is BYTES of shape [n], n from 1 to {MAX_IMAGES}: one "
+                                    "encoded image each")
+        return np.stack([classifier.probabilities(preprocess.prepare(bytes(item), t, classifier.max_pixels,
+                                                                     classifier.max_decoded_bytes).blob)
+                         for item in given.data])
+    shape = [t.channels, t.height, t.width]
+    if given.datatype != "FP32" or given.data.ndim != 4 or list(given.data.shape[1:]) != shape \
+            or given.data.shape[0] < 1:
+        raise oip.ProtocolError(f"input '{data}' is FP32 of shape [n, {', '.join(map(str, shape))}], n 1 or more; "
+                                f"got {given.datatype} {given.shape}")
+    return classifier.rows(given.data)
+
+
+def _check(request: Request, classifier: Classifier) -> None:
+    name, version = request.path_params["model"], request.path_params.get("version")
+    if name != classifier.name:
+        raise NoSuchModel(f"no model named '{name}' here; this server serves '{classifier.name}'")
+    if version is not None and version != VERSION:
+        raise NoSuchModel(f"model '{name}' has no version '{version}'; its version is {VERSION}")
