@@ -29,6 +29,15 @@ class QueueFull(CaffetoolError):
     """More rows are waiting than the queue holds (answered 503: try again)."""
 
 
+@dataclass(frozen=True)
+class Batching:
+    """The server's batching settings (``demo.serve --max-batch --max-queue-delay-us --max-queue``)."""
+
+    max_batch: int = 1  # 1: each request alone (no batching)
+    max_delay_s: float = 0.0
+    max_queue: int = 256  # rows
+
+
 @dataclass
 class _Waiting:
     rows: np.ndarray
@@ -45,6 +54,13 @@ class Counts:
 
 
 class Batcher:
+    """One queue in front of one forward function; see the module's docstring."""
+
+    @classmethod
+    def of(cls, forward: Callable[[np.ndarray], np.ndarray], settings: Batching,
+           observe: Callable[[int, list[float]], None] | None = None) -> Batcher:
+        return cls(forward, settings.max_batch, settings.max_delay_s, settings.max_queue, observe)
+
     def __init__(self, forward: Callable[[np.ndarray], np.ndarray], max_batch: int, max_delay_s: float = 0.0,
                  max_queue: int = 1024,
                  observe: Callable[[int, list[float]], None] | None = None) -> None:

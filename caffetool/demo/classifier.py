@@ -85,10 +85,18 @@ class Classifier:
         return probs[0] if len(probs) == 1 else probs.mean(0)
 
     def classify(self, data: bytes, top: int = 5, want_input: bool = False) -> dict:
-        prepared = preprocess.prepare(data, self.transform, self.max_pixels, self.max_decoded_bytes)
+        prepared = self.prepare(data)
         start = time.perf_counter()
         probs = self.probabilities(prepared.blob)
-        forward_ms = (time.perf_counter() - start) * 1e3
+        return self.answer(prepared, probs, top, want_input, (time.perf_counter() - start) * 1e3)
+
+    def prepare(self, data: bytes) -> preprocess.Prepared:
+        """An uploaded image as the net's input (its blob: one row, or the oversampled crops)."""
+        return preprocess.prepare(data, self.transform, self.max_pixels, self.max_decoded_bytes)
+
+    def answer(self, prepared: preprocess.Prepared, probs: np.ndarray, top: int, want_input: bool,
+               forward_ms: float) -> dict:
+        """The JSON API's answer for an image: its top ``top`` classes from ``probs``, and the timings."""
         k = max(1, min(int(top), len(self.labels)))
         order = np.argsort(-probs)[:k]
         result = {

@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from caffetool import proc
 from caffetool.choices import PORT
 from caffetool.demo import classifier as demo_classifier
+from caffetool.demo.batcher import Batching
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
 from caffetool.engine import EngineInfo, import_caffe, locate
@@ -38,7 +39,7 @@ KEEP_ALIVE_TIMEOUT = 5  # seconds a connection may wait for its first request, o
 
 
 def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, host: str, port: int,
-          max_body: int, workers: int = 1, device: PycaffeDevice = CPU) -> None:
+          max_body: int, workers: int = 1, device: PycaffeDevice = CPU, batching: Batching = Batching()) -> None:
     """Load and check the model, then serve it until Ctrl-C; the address is checked first."""
     check_address(host, port)
     classifier = demo_classifier.load(engine, files, backend, device=device)  # fails start-up on a bad model
@@ -48,11 +49,11 @@ def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, h
         print(warning, file=sys.stderr, flush=True)
     print(f"serving {classifier.name} ({backend}, {device.label}) on http://{host}:{port}/ — Ctrl-C stops", flush=True)
     if workers <= 1:
-        uvicorn.run(create_app(classifier, max_body, caffe_pb2), **uvicorn_options(host, port))
+        uvicorn.run(create_app(classifier, max_body, caffe_pb2, batching), **uvicorn_options(host, port))
         return
     os.environ[CONFIG_VARIABLE] = json.dumps({
         "prefix": str(engine.prefix), "parent": os.getpid(), "backend": backend, "max_body": max_body, "gpu": device.gpu,
-        "device": device.label,
+        "device": device.label, "batching": dataclasses.asdict(batching),
         "files": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()},
     })
     uvicorn.run("caffetool.demo.launcher:app_from_environment", factory=True, workers=workers,
@@ -114,4 +115,5 @@ def app_from_environment() -> Starlette:
     engine = locate(config["prefix"], probe=False)
     device = PycaffeDevice(config["gpu"], config["device"])
     classifier = demo_classifier.load(engine, files, config["backend"], validate=False, device=device)
-    return create_app(classifier, config["max_body"], import_caffe(engine).proto.caffe_pb2)
+    return create_app(classifier, config["max_body"], import_caffe(engine).proto.caffe_pb2,
+                      Batching(**config["batching"]))

@@ -12,6 +12,7 @@ classification extension the top k as ``"value:index:label"``. Errors are the pr
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,7 +23,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from caffetool import __version__
-from caffetool.demo import oip, preprocess
+from caffetool.demo import oip
+from caffetool.demo.batcher import Batcher
 from caffetool.demo.classifier import Classifier
 from caffetool.errors import ConfigError
 
@@ -36,9 +38,10 @@ class NoSuchModel(ConfigError):
     """A model name or version this server does not serve (answered 404)."""
 
 
-def routes(classifier: Classifier, max_body: int,
+def routes(classifier: Classifier, batcher: Batcher, max_body: int,
            read_body: Callable[[Request, int], Awaitable[bytes]]) -> list[Route]:
-    """The ``/v2`` routes for ``classifier``; ``read_body`` reads a request's body within ``max_body``."""
+    """The ``/v2`` routes for ``classifier``, its forward passes through ``batcher``; ``read_body`` reads a
+    request's body within ``max_body``."""
     async def server(request: Request) -> Response:
         return JSONResponse({"name": "caffetool", "version": __version__, "extensions": EXTENSIONS})
 
@@ -56,7 +59,7 @@ def routes(classifier: Classifier, max_body: int,
     async def infer(request: Request) -> Response:
         _check(request, classifier)
         parsed = oip.parse(await read_body(request, max_body), request.headers.get(oip.HEADER))
-        outputs = await anyio.to_thread.run_sync(answer, classifier, parsed)
+        outputs = answer(classifier, parsed, await _probabilities(classifier, batcher, parsed.inputs))
         body, header = oip.response(classifier.name, VERSION, parsed.id, outputs)
         if header is None:
             return Response(body, media_type="application/json")
@@ -80,9 +83,9 @@ def metadata(classifier: Classifier) -> dict[str, Any]:
             "outputs": [{"name": output, "datatype": "FP32", "shape": [-1, len(classifier.labels)]}]}
 
 
-def answer(classifier: Classifier, request: oip.InferRequest) -> list[tuple[oip.Tensor, bool]]:
-    """The outputs of one infer request: probabilities per image, as asked (tensor or top k, binary or JSON)."""
-    probs = _probabilities(classifier, request.inputs)
+def answer(classifier: Classifier, request: oip.InferRequest, probs: np.ndarray) -> list[tuple[oip.Tensor, bool]]:
+    """The outputs of one infer request from its probabilities per image, as asked (tensor or top k,
+    binary or JSON)."""
     output = classifier.blobs[1]
     wanted = request.outputs or [oip.Wanted(output, request.binary_default)]
     answered = []
@@ -95,7 +98,8 @@ def answer(classifier: Classifier, request: oip.InferRequest) -> list[tuple[oip.
     return answered
 
 
-def _probabilities(classifier: Classifier, inputs: list[oip.Tensor]) -> np.ndarray:
+async def _probabilities(classifier: Classifier, batcher: Batcher, inputs: list[oip.Tensor]) -> np.ndarray:
+    """(n, classes): the rows of the FP32 input, or each encoded image prepared as the page prepares it."""
     data = classifier.blobs[0]
     if len(inputs) != 1 or inputs[0].name not in (data, IMAGE):
         raise oip.ProtocolError(f"give one input: '{data}' (FP32, preprocessed) or '{IMAGE}' (BYTES, encoded "
@@ -106,15 +110,17 @@ def _probabilities(classifier: Classifier, inputs: list[oip.Tensor]) -> np.ndarr
         if given.datatype != "BYTES" or given.data.ndim != 1 or not 1 <= given.data.size <= MAX_IMAGES:
             raise oip.ProtocolError(f"input '{IMAGE}' is BYTES of shape [n], n from 1 to {MAX_IMAGES}: one "
                                     "encoded image each")
-        return np.stack([classifier.probabilities(preprocess.prepare(bytes(item), t, classifier.max_pixels,
-                                                                     classifier.max_decoded_bytes).blob)
-                         for item in given.data])
+
+        async def one(item: bytes) -> np.ndarray:
+            prepared = await anyio.to_thread.run_sync(classifier.prepare, bytes(item))
+            return (await batcher.submit(prepared.blob)).mean(0)  # oversampled crops are averaged
+        return np.stack(await asyncio.gather(*(one(item) for item in given.data)))
     shape = [t.channels, t.height, t.width]
     if given.datatype != "FP32" or given.data.ndim != 4 or list(given.data.shape[1:]) != shape \
             or given.data.shape[0] < 1:
         raise oip.ProtocolError(f"input '{data}' is FP32 of shape [n, {', '.join(map(str, shape))}], n 1 or more; "
                                 f"got {given.datatype} {given.shape}")
-    return classifier.rows(given.data)
+    return await batcher.submit(np.ascontiguousarray(given.data, np.float32))
 
 
 def _check(request: Request, classifier: Classifier) -> None:

@@ -20,8 +20,10 @@ decided here, in :data:`STATUS`, and every error, unknown routes included, is a 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
+import time
 from collections.abc import Awaitable, Callable
 from html import escape
 from importlib import resources
@@ -37,6 +39,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from caffetool.demo import examples, multipart, runpage, v2
+from caffetool.demo.batcher import Batcher, Batching, QueueFull
 from caffetool.demo.classifier import Classifier, NoVisualizations
 from caffetool.demo.preprocess import BadImage, NotAnImage
 from caffetool.demo.runview import DamagedRun, NoRun, NoSuchImage, RunView
@@ -60,6 +63,7 @@ class BadParameter(ConfigError):
 # The status each error is answered with; the first class that matches wins.
 STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (BodyTooLarge, 413),
+    (QueueFull, 503),
     (multipart.TooManyFiles, 413),
     (NotAnImage, 415),
     (BadImage, 422),
@@ -82,8 +86,11 @@ SERVER_FOLDERS = re.compile(r"(?<![\w.~])/(?:[^\s/'\"]+/)+")  # the folders of a
 UPLOAD_ERRORS = (BodyTooLarge, multipart.TooManyFiles, NotAnImage, BadImage, multipart.BadMultipart)
 
 
-def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_pb2: ModuleType | None = None) -> Starlette:
-    """The app serving ``classifier``; its run's test set is offered as examples when ``caffe_pb2`` is given."""
+def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_pb2: ModuleType | None = None,
+               batching: Batching = Batching()) -> Starlette:
+    """The app serving ``classifier``; its run's test set is offered as examples when ``caffe_pb2`` is given.
+    Every forward pass, the page's and the protocol's, goes through one :class:`.batcher.Batcher`."""
+    batcher = Batcher.of(classifier.rows, batching)
     page = resources.files("caffetool.demo").joinpath("page.html").read_text()
     run_dir = getattr(getattr(classifier, "files", None), "run", None)  # None: files given one by one
     run = RunView(Path(run_dir)) if run_dir else None
@@ -100,25 +107,28 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
                              # pycaffe exposes every blob; OpenCV DNN's visualizations are refused
                              "visualize": getattr(classifier, "backend", None) == "caffe"})
 
+    async def classified(data: bytes, top: int, want_input: bool) -> dict[str, Any]:
+        prepared = await anyio.to_thread.run_sync(classifier.prepare, data)
+        start = time.perf_counter()
+        rows = await batcher.submit(prepared.blob)
+        probs = rows[0] if len(rows) == 1 else rows.mean(0)  # oversampled crops are averaged
+        return classifier.answer(prepared, probs, top, want_input, (time.perf_counter() - start) * 1e3)
+
     async def classify(request: Request) -> Response:
         top = _int(request, "top", 5, 1, 1_000_000)
         want_input = _flag(request, "input")
         body = await _read_body(request, max_body)
         files = multipart.uploads(request.headers.get("content-type", ""), body, MAX_FILES)
         if len(files) == 1:
-            result = await anyio.to_thread.run_sync(classifier.classify, files[0].data, top, want_input)
-            return JSONResponse(_encoded(result))
+            return JSONResponse(_encoded(await classified(files[0].data, top, want_input)))
 
-        def each() -> list[dict[str, Any]]:
-            results = []
-            for upload in files:
-                try:
-                    results.append({"file": upload.name, **_encoded(classifier.classify(upload.data, top, want_input))})
-                except UPLOAD_ERRORS as e:
-                    results.append({"file": upload.name, "error": str(e), "status": status_of(e)})
-            return results
+        async def each(upload: multipart.Upload) -> dict[str, Any]:
+            try:
+                return {"file": upload.name, **_encoded(await classified(upload.data, top, want_input))}
+            except UPLOAD_ERRORS as e:
+                return {"file": upload.name, "error": str(e), "status": status_of(e)}
 
-        return JSONResponse(await anyio.to_thread.run_sync(each))
+        return JSONResponse(list(await asyncio.gather(*(each(upload) for upload in files))))
 
     async def visualize(request: Request) -> Response:
         layer = request.query_params.get("layer") or None
@@ -177,7 +187,7 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
         Route("/run", run_html),
         Route("/run/plots/{name}", run_image("plots")),
         Route("/run/eval/{name}", run_image("eval")),
-        *v2.routes(classifier, max_body, _read_body),
+        *v2.routes(classifier, batcher, max_body, _read_body),
     ]
     return Starlette(routes=routes, exception_handlers={
         HTTPException: _http_error, CaffetoolError: _caffetool_error, ClientDisconnect: _gone,

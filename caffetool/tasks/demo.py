@@ -9,6 +9,7 @@ from invoke import Collection, Context
 
 from caffetool.choices import PORT, Limit, bounded, choose, count, input_file, writable_folder
 from caffetool.demo import classifier as demo_classifier
+from caffetool.demo.batcher import Batching
 from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
 from caffetool.runs import labels as label_file
@@ -35,6 +36,9 @@ SIDE = Limit("a side in pixels", 1, 65535, kind=int)
 CHANNEL = Limit("a channel index", 0, 1023, kind=int)
 MAX_BODY = Limit("a size in bytes", 1, 2**31 - 1, kind=int)
 WORKERS = Limit("a number of server processes", 1, 64, kind=int)
+BATCH = Limit("a batch size", 1, 4096, kind=int)
+DELAY_US = Limit("a delay in microseconds", 0, 10_000_000, kind=int)
+QUEUE = Limit("a number of queued images", 1, 1_000_000, kind=int)
 
 
 @dataclass(frozen=True)
@@ -106,14 +110,19 @@ def newest_run(runs_root: Path) -> Path:
             "port": "TCP port, 1 to 65535 (default 8000)",
             "max_body": "largest accepted body in bytes (413 past it; default 10 MiB)",
             "workers": "server processes, 1 to 64 (default 1)",
-            "gpu": "cpu (default), auto or one GPU id: where pycaffe runs the model"})
+            "gpu": "cpu (default), auto or one GPU id: where pycaffe runs the model",
+            "max_batch": "images one forward pass may join from concurrent requests (default 1: no batching)",
+            "max_queue_delay_us": "how long a pass may wait for more requests, in microseconds (default 0: it takes "
+                                  "what is queued)",
+            "max_queue": "images that may wait for a pass; past it a request gets 503 (default 256)"})
 def serve(c: Context, run: str | None = None, deploy: str | None = None, weights: str | None = None,
           labels: str | None = None, mean: str | None = None, scale: str | None = None, backend: str = "caffe",
           host: str = "127.0.0.1", port: str = "8000", max_body: str = str(10 * 1024 * 1024),
           workers: str = "1", runs_dir: str | None = None, mean_values: str | None = None,
           channel_swap: str | None = None, raw_scale: str | None = None, image_dims: str | None = None,
-          oversample: bool = False, gpu: str = "cpu") -> None:
-    """Serve a trained model: web page (upload or draw), JSON API, health check."""
+          oversample: bool = False, gpu: str = "cpu", max_batch: str = "1", max_queue_delay_us: str = "0",
+          max_queue: str = "256") -> None:
+    """Serve a trained model: web page (upload or draw), JSON API, the Open Inference Protocol (/v2), health."""
     from caffetool.demo import launcher  # noqa: PLC0415 - uvicorn only when serving
 
     tcp_port = bounded(port, "--port", PORT)
@@ -123,7 +132,10 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
     device = devices.for_pycaffe(engine, gpu)
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
-    launcher.serve(engine, files, engine_kind, host, tcp_port, body_limit, processes, device)
+    batching = Batching(bounded(max_batch, "--max-batch", BATCH), bounded(max_queue_delay_us, "--max-queue-delay-us",
+                                                                           DELAY_US) / 1e6,
+                        bounded(max_queue, "--max-queue", QUEUE))
+    launcher.serve(engine, files, engine_kind, host, tcp_port, body_limit, processes, device, batching)
 
 
 @task(positional=["images"], help={**MODEL_HELP, "images": "image files, comma-separated, or a folder",
