@@ -57,6 +57,7 @@ class Classifier:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _filters_png: bytes | None = None
     blobs: tuple[str, str] = ("data", "prob")  # the deploy net's input and output blob names
+    load_seconds: float | None = None  # loading and checking the model took
 
     def describe(self) -> dict:
         t = self.transform
@@ -171,6 +172,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
          device: PycaffeDevice = CPU) -> Classifier:
     """The model ready to classify, proven first: built in a child, labels matching the outputs;
     pycaffe's on ``device`` (activated in whichever thread answers, since pycaffe's mode is per thread)."""
+    started = time.perf_counter()
     backend = choose(backend, BACKENDS, "--backend")
     if device.gpu is not None and backend != "caffe":
         raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; the {backend} backend runs on the CPU "
@@ -224,7 +226,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
         raise NetError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
     name = files.run.name if files.run else files.weights.stem
     return Classifier(name, backend, transform, labels, files, _forward=forward, _net=net,
-                      blobs=(_input_name(deploy), output))
+                      blobs=(_input_name(deploy), output), load_seconds=round(time.perf_counter() - started, 3))
 
 
 def _onnxruntime(engine: EngineInfo, files: ModelFiles, output: str) -> Callable[[np.ndarray], np.ndarray]:

@@ -34,12 +34,14 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from caffetool.demo import examples, multipart, runpage, v2
 from caffetool.demo.batcher import Batcher, Batching, QueueFull
+from caffetool.demo.metrics import Counting, Metrics
 from caffetool.demo.classifier import Classifier, NoVisualizations
 from caffetool.demo.preprocess import BadImage, NotAnImage
 from caffetool.demo.runview import DamagedRun, NoRun, NoSuchImage, RunView
@@ -90,7 +92,8 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
                batching: Batching = Batching()) -> Starlette:
     """The app serving ``classifier``; its run's test set is offered as examples when ``caffe_pb2`` is given.
     Every forward pass, the page's and the protocol's, goes through one :class:`.batcher.Batcher`."""
-    batcher = Batcher.of(classifier.rows, batching)
+    metrics = Metrics(classifier.name, v2.VERSION, getattr(classifier, "load_seconds", None))
+    batcher = Batcher.of(classifier.rows, batching, metrics.observe_pass)
     page = resources.files("caffetool.demo").joinpath("page.html").read_text()
     run_dir = getattr(getattr(classifier, "files", None), "run", None)  # None: files given one by one
     run = RunView(Path(run_dir)) if run_dir else None
@@ -188,8 +191,9 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
         Route("/run/plots/{name}", run_image("plots")),
         Route("/run/eval/{name}", run_image("eval")),
         *v2.routes(classifier, batcher, max_body, _read_body),
+        Route("/metrics", metrics.endpoint),
     ]
-    return Starlette(routes=routes, exception_handlers={
+    return Starlette(routes=routes, middleware=[Middleware(Counting, metrics=metrics)], exception_handlers={
         HTTPException: _http_error, CaffetoolError: _caffetool_error, ClientDisconnect: _gone,
         Exception: _internal_error})
 

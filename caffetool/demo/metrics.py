@@ -1,0 +1,81 @@
+"""Prometheus metrics of the demo server, scraped at ``GET /metrics`` (``prometheus-client``).
+
+What operators of NVIDIA Triton watch, under Triton's names where Triton has one: requests by route
+and status (``caffetool_http_requests_total``), request latency by route, time in the batcher's queue,
+the batch size of each forward pass, and — labelled ``model`` and ``version`` as Triton's are —
+``nv_inference_request_success`` (requests answered), ``nv_inference_count`` (images inferred) against
+``nv_inference_exec_count`` (forward passes: their ratio is the mean batch size), and the model's
+load time. Each app has its own registry, so several apps in one process do not share counts. Routes
+are labelled by their template (``/v2/models/{model}/infer``), an unknown path as ``other``, so a
+client cannot grow the label set.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class Metrics:
+    def __init__(self, model: str, version: str, load_seconds: float | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.labels = {"model": model, "version": version}
+        r = self.registry
+        self.requests = Counter("caffetool_http_requests", "HTTP requests by route and status",
+                                ["route", "status"], registry=r)
+        self.latency = Histogram("caffetool_http_request_duration_seconds", "time to answer, by route", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.queue = Histogram("caffetool_queue_duration_seconds", "time a request waited for its forward pass",
+                               buckets=LATENCY_BUCKETS, registry=r)
+        self.batch = Histogram("caffetool_batch_size", "images in each forward pass", buckets=BATCH_BUCKETS,
+                               registry=r)
+        names = ["model", "version"]
+        self.success = Counter("nv_inference_request_success", "inference requests answered", names, registry=r)
+        self.inferences = Counter("nv_inference_count", "images inferred", names, registry=r)
+        self.executions = Counter("nv_inference_exec_count", "forward passes", names, registry=r)
+        load = Gauge("caffetool_model_load_seconds", "time to load and check the model", names, registry=r)
+        if load_seconds is not None:
+            load.labels(**self.labels).set(load_seconds)
+
+    def observe_pass(self, images: int, waits: list[float]) -> None:
+        """One forward pass of ``images`` for requests that waited ``waits`` seconds (the batcher's report)."""
+        self.batch.observe(images)
+        self.executions.labels(**self.labels).inc()
+        self.inferences.labels(**self.labels).inc(images)
+        self.success.labels(**self.labels).inc(len(waits))
+        for wait in waits:
+            self.queue.observe(wait)
+
+    async def endpoint(self, request: Request) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class Counting:
+    """ASGI middleware counting every HTTP request by its route's template and its status."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), [500]
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", "other")  # the router fills in the matched route
+            self.metrics.requests.labels(route, str(status[0])).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - start)
