@@ -1,0 +1,97 @@
+"""``demo.serve`` as an Open Inference Protocol server, driven by NVIDIA Triton's own client
+(``tritonclient.http``) unchanged: health, metadata, infer with JSON and binary tensors and encoded
+images, the classification extension, concurrent requests batched, ``/metrics`` scraped; the
+answers equal pycaffe's on the run's test records."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+from caffetool.demo import classifier as demo_classifier
+from caffetool.evaluation import records
+
+from .processes import stop
+from .test_demo import free_port, start_server
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def v2_server(trained_run):
+    port = free_port()
+    child = start_server(["--run", str(trained_run), "--max-batch", "16", "--max-queue-delay-us", "2000"], port)
+    assert child.poll() is None, child.stderr.read()
+    yield f"127.0.0.1:{port}"
+    stop(child)
+
+
+@pytest.fixture(scope="module")
+def test_records(caffe, trained_run):
+    src = records.source(trained_run, "test", caffe.proto.caffe_pb2)
+    batch = next(records.batches(src, records.transform_of(src, trained_run), caffe.proto.caffe_pb2, 64,
+                                 (1, 28, 28)))
+    net = caffe.Net(str(trained_run / "deploy.prototxt"), str(demo_classifier.from_run(trained_run).weights),
+                    caffe.TEST)
+    probs = []
+    for row in batch.blob:  # each image alone, as pycaffe answers a single request
+        net.blobs["data"].reshape(1, 1, 28, 28)
+        net.blobs["data"].data[...] = row
+        probs.append(net.forward()["prob"][0].copy())
+    return batch.blob, np.stack(probs)
+
+
+def test_health_and_metadata(v2_server, trained_run):
+    client = triton.InferenceServerClient(v2_server)
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready(trained_run.name)
+    assert set(client.get_server_metadata()["extensions"]) >= {"classification", "binary_tensor_data"}
+    meta = client.get_model_metadata(trained_run.name)
+    assert meta["inputs"][0] == {"name": "data", "datatype": "FP32", "shape": [-1, 1, 28, 28]}
+    assert meta["outputs"] == [{"name": "prob", "datatype": "FP32", "shape": [-1, 10]}]
+    with pytest.raises(InferenceServerException, match="no model named 'other'"):
+        client.get_model_metadata("other")
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_infer_equals_pycaffe_alone_even_when_batched(v2_server, trained_run, test_records, binary):
+    blob, expected = test_records
+    client = triton.InferenceServerClient(v2_server, concurrency=16)
+    handles = []
+    for row in blob:
+        tensor = triton.InferInput("data", [1, 1, 28, 28], "FP32")
+        tensor.set_data_from_numpy(row[None], binary_data=binary)
+        handles.append(client.async_infer(trained_run.name, [tensor],
+                                          outputs=[triton.InferRequestedOutput("prob", binary_data=binary)]))
+    got = np.stack([h.get_result().as_numpy("prob")[0] for h in handles])
+    assert np.array_equal(got, expected)  # bitwise: the caffe backend, batched or not
+    top = client.infer(trained_run.name, [_tensor(blob[:3], binary)],
+                       outputs=[triton.InferRequestedOutput("prob", binary_data=binary, class_count=2)])
+    first = [v.decode() if isinstance(v, bytes) else v for v in top.as_numpy("prob")[0]]
+    labels = (trained_run / "labels.txt").read_text().split("\n")
+    order = np.argsort(-expected[0])[:2]
+    assert first == [f"{expected[0, c]:.6g}:{c}:{labels[c]}" for c in order]
+
+
+def _tensor(x: np.ndarray, binary: bool) -> triton.InferInput:
+    tensor = triton.InferInput("data", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x, binary_data=binary)
+    return tensor
+
+
+def test_refusals_are_the_protocols_errors_and_metrics_scrape(v2_server, trained_run):
+    base = f"http://{v2_server}/v2/models/{trained_run.name}/infer"
+    bad = httpx.post(base, json={"inputs": [{"name": "data", "datatype": "FP32", "shape": [1, 1, 28, 27],
+                                             "data": [0.0] * 756}]})
+    assert bad.status_code == 400 and "input 'data' is FP32 of shape [n, 1, 28, 28]" in bad.json()["error"]
+    past = httpx.post(base, content=b'{"inputs": []}', headers={"Inference-Header-Content-Length": "999"})
+    assert past.status_code == 400 and "outside the body" in past.json()["error"]
+    scraped = httpx.get(f"http://{v2_server}/metrics").text
+    count = next(float(line.split()[-1]) for line in scraped.splitlines()
+                 if line.startswith("nv_inference_count_total{"))
+    passes = next(float(line.split()[-1]) for line in scraped.splitlines()
+                  if line.startswith("nv_inference_exec_count_total{"))
+    assert count >= 64 and passes <= count
+    assert 'caffetool_http_requests_total{route="/v2/models/{model}/infer",status="400"} 2.0' in scraped
