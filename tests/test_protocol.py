@@ -15,6 +15,7 @@ import time
 from types import SimpleNamespace
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 
@@ -27,8 +28,12 @@ class QuickDeadline(DeadlineProtocol):
 
 
 def stand_in_classifier() -> SimpleNamespace:
-    return SimpleNamespace(name="stand-in", describe=lambda: {"name": "stand-in"},
-                           classify=lambda data, top, want_input: {"top": [], "bytes": len(data)})
+    """What the server needs of a classifier, without a net: the connection handling is under test."""
+    return SimpleNamespace(name="stand-in", describe=lambda: {"name": "stand-in"}, backend="none",
+                           blobs=("data", "prob"), labels=["one"],
+                           prepare=lambda data: SimpleNamespace(blob=np.zeros((1, 1)), size=len(data)),
+                           rows=lambda blob: np.ones((len(blob), 1), np.float32),
+                           answer=lambda prepared, probs, top, want_input, ms: {"top": [], "bytes": prepared.size})
 
 
 @pytest.fixture
