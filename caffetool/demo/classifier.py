@@ -81,8 +81,7 @@ class Classifier:
     def probabilities(self, blob: np.ndarray) -> np.ndarray:
         """The class probabilities of a (N, C, H, W) blob; N oversampled crops are averaged,
         as ``caffe.Classifier.predict`` averages them."""
-        with self._lock:
-            probs = self._forward(blob)
+        probs = self.rows(blob)
         return probs[0] if len(probs) == 1 else probs.mean(0)
 
     def classify(self, data: bytes, top: int = 5, want_input: bool = False) -> dict:

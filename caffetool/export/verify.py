@@ -20,7 +20,6 @@ import numpy as np
 import onnx
 
 from caffetool.export.convert import Converted
-from caffetool.export.graph import tensor
 
 
 @dataclass
@@ -94,25 +93,15 @@ class Verification:
                 "layers": [f.record() for f in self.layers]}
 
 
-def instrumented(model: onnx.ModelProto, converted: Converted) -> onnx.ModelProto:
-    """A copy of ``model`` whose every compared tensor is also a graph output."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    present = {o.name for o in copy.graph.output}
-    copy.graph.output.extend(tensor(name, None) for c in converted.compared for _, name in c.outputs
-                             if name not in present)
-    return copy
-
-
 def verify(net: Any, converted: Converted, model: onnx.ModelProto,
            batches: Iterable[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]], tolerance: float,
            batch: int | None, source: str, session: Any) -> Verification:
     """Run every batch — (pycaffe's feeds, the model's feeds), input name -> (n, ...) array — through
-    pycaffe layer by layer and through the model (``session`` makes an onnxruntime session of a
-    model), and compare."""
+    pycaffe layer by layer and through the model (``session(model, outputs)`` makes an onnxruntime
+    session that also outputs those tensors), and compare."""
     figures = [LayerFigures(c.layer, c.type, blob) for c in converted.compared for blob, _ in c.outputs]
     result = Verification(tolerance, source, figures, outputs=list(converted.outputs))
-    every = session(instrumented(model, converted))
+    every = session(model, [name for c in converted.compared for _, name in c.outputs])
     plain = session(model)
     blob_of = _output_blobs(converted)
     final = converted.outputs[-1] if converted.outputs else None
