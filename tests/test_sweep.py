@@ -112,6 +112,61 @@ def test_a_stop_request_snapshots_a_run_started_where_sigint_is_blocked(tmp_path
     assert (result.run_dir / "snapshots" / f"lenet_iter_{at}.solverstate").is_file()
 
 
+def test_a_held_run_waits_for_each_verdict_and_stops_where_it_was_held(tmp_path: Path, engine, fashion_data) -> None:
+    """A scheduler's verdict on a row comes while Caffe is stopped: the first hold is let through,
+    the second is answered with a stop, and the snapshot is the iteration Caffe was held at."""
+    from caffetool.nets.solver import SolverOptions
+    from caffetool.train import runner, session
+
+    stop = runner.StopRequest()
+    holds: list[tuple[int, threading.Event]] = []
+    seen = threading.Event()
+
+    def on_metrics(m) -> threading.Event | None:
+        if len(m.test.get(0, [])) <= len(holds):
+            return None
+        holds.append((int(m.test[0][-1]["NumIters"]), threading.Event()))
+        seen.set()
+        return holds[-1][1]
+
+    done: dict = {}
+
+    def train() -> None:
+        request = session.TrainRequest(dataset="fashion-mnist", data_dir=fashion_data.path.parent, runs_dir=tmp_path,
+                                       name="held", options=SolverOptions(max_iter=3000, test_iter=5, test_interval=100,
+                                                                          display=10),
+                                       gpu="cpu", on_metrics=on_metrics, stop=stop)
+        done["result"] = session.train(engine, request, say=lambda _: None, progress=False)
+
+    def states() -> list[str]:
+        return [p.status() for p in psutil.Process().children() if p.name() == "caffe"]
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    try:
+        for expected in (1, 2):
+            assert seen.wait(60)
+            seen.clear()
+            assert len(holds) == expected
+            deadline = time.monotonic() + 5
+            while states() != [psutil.STATUS_STOPPED] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert states() == [psutil.STATUS_STOPPED], f"held at iteration {holds[-1][0]}"
+            time.sleep(1)  # a Caffe not held would train on meanwhile
+            if expected == 1:
+                holds[-1][1].set()
+    finally:
+        stop.set()
+        for _, event in holds:
+            event.set()
+        thread.join(120)
+    result = done["result"]
+    assert result.outcome.status == "stopped early", result.outcome.message
+    at = result.manifest["iterations"]
+    assert holds[1][0] <= at <= holds[1][0] + 10, (holds, at)  # it stops where it was held, not later
+    assert (result.run_dir / "snapshots" / f"lenet_iter_{at}.solverstate").is_file()
+
+
 def test_bad_params_are_refused_before_ray_starts(tmp_path: Path) -> None:
     done = cli("sweep", "--param", "base_lr=0.01", "--param", "momentum=0,0.9", "--type", "Adam",
                "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)

@@ -215,7 +215,7 @@ def _trainable(plan: sweeprecord.Plan, sweep_dir: Path, flags: str) -> Any:
     spec = TrialSpec(sweep=plan.name, sweep_dir=str(sweep_dir), metric=plan.metric, fixed=plan.fixed,
                      model=plan.model, dataset=plan.dataset, data_dir=plan.data_dir, models_dir=plan.models_dir,
                      solver=plan.solver, cwd=plan.cwd, engine_prefix=plan.engine_prefix, cpus=plan.cpus_per_trial,
-                     gpus=plan.gpus_per_trial, flags=flags)
+                     gpus=plan.gpus_per_trial, flags=flags, judged=plan.scheduler != "fifo")
     resources = {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}
     return tune.with_resources(tune.with_parameters(CaffeTrial, spec=spec_dict(spec)), resources)
 

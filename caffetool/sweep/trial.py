@@ -15,6 +15,11 @@ stops its run the same way and records it ``interrupted``, without a final resul
 the trial unfinished; a trial that Tune restarts (``sweep.resume``) continues its run from that
 snapshot.
 
+A scheduler that stops trials judges each row while Caffe is held (SIGSTOP, see
+:func:`caffetool.train.runner.run`): the row is handed to Tune, and Caffe goes on only when Tune
+calls :meth:`~CaffeTrial.step` again (the verdict was to continue) or stops the trial. Without the
+hold a short trial can finish before its verdict arrives, and ASHA would stop nothing.
+
 Limits: the class API calls ``step`` and ``stop`` on one thread, so ``step`` returns at least every
 :data:`STEP_WAIT` seconds (a result without the metric, which the scheduler ignores) to let a stop
 through while Caffe is between rows. A trial that crashes raises from ``step``: Tune marks it failed
@@ -73,6 +78,7 @@ class TrialSpec:
     cpus: float = 1
     gpus: float = 0
     flags: str = ""  # the name of this session's SweepFlags actor
+    judged: bool = False  # the scheduler may stop a trial at any row (ASHA): Caffe waits for each verdict
 
 
 @ray.remote(num_cpus=0)
@@ -125,12 +131,15 @@ class CaffeTrial(tune.Trainable):
         return True
 
     def step(self) -> dict[str, Any]:
+        if self.handed >= self.held_until:
+            self.verdict.set()  # Tune asks for more: it let the held row through
         try:
             item = self.results.get(timeout=STEP_WAIT)
         except queue.Empty:
             if not self.thread.is_alive():
                 time.sleep(0.2)  # an interrupted trial waits for Tune's stop without spinning
             return {}
+        self.handed += 1
         if isinstance(item, BaseException):
             raise item
         return item
@@ -150,6 +159,10 @@ class CaffeTrial(tune.Trainable):
         self.results: queue.Queue[dict | BaseException] = queue.Queue()
         self.stop_request = StopRequest()
         self.reported = 0  # rows of the metric's net already sent
+        self.sent = self.handed = 0  # results put on the queue, and returned by step()
+        self.verdict = threading.Event()  # set: Caffe, held at a row, may go on
+        self.verdict.set()
+        self.held_until = 0  # the result whose verdict the hold awaits
         self.last: dict[str, Any] = {}
         self.run_dir = Path(self.spec.sweep_dir) / run_name(self.trial_id)
         self.thread = threading.Thread(target=self._train, name=f"caffe {self.run_dir.name}", daemon=True)
@@ -160,6 +173,7 @@ class CaffeTrial(tune.Trainable):
         """Stop the trial's run if it still trains (snapshot, then stop) and wait for its record."""
         if self.thread.is_alive():
             self.stop_request.set(Stop.INTERRUPTED if _sweep_interrupted(self.spec.flags) else Stop.STOPPED_EARLY)
+            self.verdict.set()
             self.thread.join(STOP_WAIT)
 
     # -- the training thread --------------------------------------------------------------------
@@ -168,9 +182,9 @@ class CaffeTrial(tune.Trainable):
         try:
             result = self._run()
             self._rows(result.outcome.metrics)  # the final test (caffe test) is not in the log
-            self.results.put(self._final(result))
+            self._put(self._final(result))
         except BaseException as e:  # noqa: BLE001 - every failure goes to Tune through step()
-            self.results.put(e if isinstance(e, CaffetoolError) else RunError(f"{type(e).__name__}: {e}"))
+            self._put(e if isinstance(e, CaffetoolError) else RunError(f"{type(e).__name__}: {e}"))
 
     def _run(self) -> session.TrainResult:
         node = _node()
@@ -213,23 +227,34 @@ class CaffeTrial(tune.Trainable):
                           "params": self.params, **node, "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                           "cpus": self.spec.cpus, "gpus": self.spec.gpus}}
 
-    def _rows(self, m: Metrics) -> None:
-        """Each new row of the metric's net, as one result; a net without the metric is an error."""
+    def _rows(self, m: Metrics) -> threading.Event | None:
+        """Each new row of the metric's net, as one result; a net without the metric is an error.
+        With a judging scheduler, the event that holds Caffe until the newest row is judged."""
         rows = m.train if self.metric.net < 0 else m.test.get(self.metric.net, [])
-        for row in rows[self.reported:]:
+        new = rows[self.reported:]
+        if self.spec.judged and new:
+            self.verdict = threading.Event()  # before the rows go: step() may take them at once
+            self.held_until = self.sent + len(new)
+        for row in new:
             if self.metric.output not in row:
                 have = ", ".join(k for k in row if k not in ("NumIters", "Seconds", "LearningRate")) or "none"
                 where = "the train net" if self.metric.net < 0 else f"test net #{self.metric.net}"
                 self.stop_request.set(Stop.STOPPED_EARLY)
                 raise_later = RunError(f"--metric {self.metric.name}: {where} has no output "
                                        f"{self.metric.output!r} (its outputs: {have})")
-                self.results.put(raise_later)
+                self._put(raise_later)
                 self.reported = len(rows)
-                return
+                self.verdict.set()
+                return None
             self.last = {ITERATIONS: int(row["NumIters"]), self.metric.name: float(row[self.metric.output]),
                          "seconds": row.get("Seconds")}
-            self.results.put(dict(self.last))
+            self._put(dict(self.last))
         self.reported = len(rows)
+        return self.verdict if self.spec.judged and new else None
+
+    def _put(self, item: dict[str, Any] | BaseException) -> None:
+        self.sent += 1
+        self.results.put(item)
 
     def _final(self, result: session.TrainResult) -> dict[str, Any]:
         m = result.manifest

@@ -12,7 +12,8 @@ has been asked; the ways a run ends besides finishing:
   can be resumed from that snapshot (a second Ctrl-C stops at once);
 * another thread asks for a stop (a :class:`StopRequest`, e.g. a sweep's scheduler giving up on
   a trial): the same snapshot and stop, recorded with the status the request names
-  (``stopped early``), within a fraction of a second;
+  (``stopped early``), within a fraction of a second. A scheduler that judges rows holds Caffe
+  (SIGSTOP) until it has judged the newest one, so its stop lands where it decided it;
 * Caffe dies (non-zero exit, glog FATAL): its FATAL line and last log lines are reported;
 * ``caffe.log`` or the live metrics cannot be written (a full disk): Caffe is killed and the run
   fails, naming the file and the reason;
@@ -56,6 +57,8 @@ LOG = "caffe.log"
 _NO_LOCK = contextlib.nullcontext()
 STOPPED_EARLY = "Optimization stopped early."  # Caffe's Solver::Solve, when a signal ended the loop
 TAIL_LINES = 12
+# What sees each line's metrics; an event it returns holds Caffe until the event is set.
+OnMetrics = Callable[[Metrics], "threading.Event | None"]
 
 
 @dataclass
@@ -201,6 +204,12 @@ class Supervisor:
                               samples, seconds)
         return RunOutcome("finished", code, m, "finished", samples, seconds)
 
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
     def _end(self, stop: Stop) -> None:
         self.stop, self.phase = stop, Phase.STOPPING
         self._signal(signal.SIGKILL)
@@ -224,13 +233,15 @@ def python_layer_failure(error: str, code: int) -> str:
 def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
         on_update: Callable[[Metrics], None] | None = None, update_every: float = 60.0,
         parser: LogParser | None = None, events: RunEvents | None = None,
-        on_metrics: Callable[[Metrics], None] | None = None, stop: StopRequest | None = None) -> RunOutcome:
+        on_metrics: OnMetrics | None = None, stop: StopRequest | None = None) -> RunOutcome:
     """Run ``argv`` in ``run_dir``, appending to caffe.log; ``on_update(metrics)`` refreshes live outputs,
     and ``events`` gets each new row and resource sample as it comes.
 
     ``on_metrics(metrics)`` sees the metrics after every line of Caffe's output, unthrottled (a
-    sweep reports each new row to its scheduler from there); ``stop``, once set, snapshots and
-    stops Caffe as :class:`StopRequest` says.
+    sweep reports each new row to its scheduler from there). When it returns an event, Caffe is
+    paused until the event is set or ``stop`` is asked: a scheduler judges a row before Caffe
+    trains past it, however fast Caffe is and however slow the scheduler. ``stop``, once set,
+    snapshots and stops Caffe as :class:`StopRequest` says.
 
     Caffe is never left running when this returns or raises. The final outputs are the caller's
     to write, after it has recorded the outcome; so is closing ``events``.
@@ -252,7 +263,7 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     refresh = _Every(update_every, on_update)
     try:
         with _Log(run_dir / LOG, supervisor.fail) as log:
-            _watch(supervisor, log, shown, refresh, events, on_metrics, lock)
+            _watch(supervisor, log, shown, refresh, events, on_metrics, lock, stop)
             code = _wait(supervisor)
     finally:
         if process.poll() is None:
@@ -265,8 +276,8 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
 
 
 def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _Every,
-           events: RunEvents | None, on_metrics: Callable[[Metrics], None] | None = None,
-           lock: threading.Lock | None = None) -> None:
+           events: RunEvents | None, on_metrics: OnMetrics | None = None,
+           lock: threading.Lock | None = None, stop: StopRequest | None = None) -> None:
     """Read Caffe's output to its end, logging, showing and acting on each line."""
     stream = supervisor.process.stdout
     assert stream is not None
@@ -288,9 +299,29 @@ def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _
                 except CaffetoolError as e:
                     supervisor.fail(str(e))
             if on_metrics is not None:
-                on_metrics(supervisor.metrics)
+                until = on_metrics(supervisor.metrics)
+                if until is not None:
+                    _paused(supervisor, until, stop, lock or _NO_LOCK)
         except KeyboardInterrupt:
             supervisor.interrupt()
+
+
+def _paused(supervisor: Supervisor, until: threading.Event, stop: StopRequest | None,
+            lock: threading.Lock | contextlib.AbstractContextManager) -> None:
+    """Caffe stopped (SIGSTOP) until ``until`` is set; a stop asked meanwhile is sent before
+    Caffe goes on, so it snapshots at the iteration it was paused at."""
+    supervisor.pause()
+    try:
+        while not until.wait(0.05):
+            if supervisor.process.poll() is not None:
+                return
+            if stop is not None and stop.is_set():
+                with lock:
+                    if supervisor.stop is None and not supervisor.metrics.done:
+                        supervisor.interrupt(stop.status)
+                return
+    finally:
+        supervisor.resume()
 
 
 def _stop_when_asked(supervisor: Supervisor, stop: StopRequest, lock: threading.Lock) -> None:

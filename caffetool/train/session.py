@@ -55,7 +55,7 @@ class TrainRequest:
     type_given: bool = False  # --type was on the command line: it replaces the solver file's type
     # For a caller that drives the run from another thread (a sweep's trial): the metrics after
     # every line of Caffe's output, a stop to ask for (snapshot, then stop), more for the manifest.
-    on_metrics: Callable[[Metrics], None] | None = None
+    on_metrics: runner.OnMetrics | None = None
     stop: runner.StopRequest | None = None
     record: dict[str, Any] | None = None
 
@@ -210,7 +210,7 @@ def _preflight(engine: EngineInfo, net: Any, shape: tuple[int, int, int] | None,
 
 
 def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progress: bool = True,
-           say: Callable[[str], None] = print, *, on_metrics: Callable[[Metrics], None] | None = None,
+           say: Callable[[str], None] = print, *, on_metrics: runner.OnMetrics | None = None,
            stop: runner.StopRequest | None = None, record: dict[str, Any] | None = None) -> TrainResult:
     """Continue ``run_dir`` from its newest complete snapshot; output appends to caffe.log.
 
@@ -274,7 +274,7 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
 def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, progress: bool,
                       t0: float, caffe_pb2: ModuleType, say: Callable[[str], None],
                       resumed: bool = False, *, engine: EngineInfo,
-                      on_metrics: Callable[[Metrics], None] | None = None,
+                      on_metrics: runner.OnMetrics | None = None,
                       stop: runner.StopRequest | None = None) -> TrainResult:
     """Trains with ``argv``, then measures the test nets at the last iteration where Caffe did not
     (:mod:`caffetool.train.final_test`) and records it all: manifest, metrics, plots, TensorBoard. The
