@@ -224,3 +224,12 @@ def test_caffe_children_get_the_placement_and_pycaffe_in_process_does_not(monkey
     assert "OMP_PROC_BIND" not in os.environ  # caffe_env builds a child's environment; this process stays unbound
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     assert "OMP_PROC_BIND" not in caffe_env()
+
+
+def test_a_server_spins_shorter_unless_the_user_said_how_threads_wait():
+    environ = {"OMP_NUM_THREADS": "2"}
+    assert cpu_threads.for_serving(environ) == {"GOMP_SPINCOUNT": "3000"}
+    assert environ["GOMP_SPINCOUNT"] == "3000"
+    for own in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "INFINITE"}, {"OMP_PROC_BIND": "false"}):
+        given = dict(own)
+        assert cpu_threads.for_serving(own) == {} and own == given  # the user's say stands, nothing added

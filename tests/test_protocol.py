@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import uvicorn
 
+from caffetool.demo.catalog import Model
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
 
@@ -30,7 +31,7 @@ class QuickDeadline(DeadlineProtocol):
 def stand_in_classifier() -> SimpleNamespace:
     """What the server needs of a classifier, without a net: the connection handling is under test."""
     return SimpleNamespace(name="stand-in", describe=lambda: {"name": "stand-in"}, backend="none",
-                           blobs=("data", "prob"), labels=["one"],
+                           blobs=("data", "prob"), labels=["one"], files=None, load_seconds=None,
                            prepare=lambda data: SimpleNamespace(blob=np.zeros((1, 1)), size=len(data)),
                            rows=lambda blob: np.ones((len(blob), 1), np.float32),
                            answer=lambda prepared, probs, top, want_input, ms: {"top": [], "bytes": prepared.size})
@@ -42,7 +43,7 @@ def address(caplog):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = uvicorn.Config(create_app(stand_in_classifier()), host="127.0.0.1", port=port, http=QuickDeadline,
+    config = uvicorn.Config(create_app([Model("stand-in", "1", stand_in_classifier())]), host="127.0.0.1", port=port, http=QuickDeadline,
                             timeout_keep_alive=1, log_config=None, lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -22,11 +22,15 @@ from dataclasses import dataclass, field
 import anyio
 import numpy as np
 
-from caffetool.errors import CaffetoolError
+from caffetool.errors import CaffetoolError, ConfigError
 
 
 class QueueFull(CaffetoolError):
     """More rows are waiting than the queue holds (answered 503: try again)."""
+
+
+class RequestTooLarge(ConfigError):
+    """One request with more rows than the whole queue holds: no retry can help (answered 400)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,9 @@ class Batcher:
 
     async def submit(self, rows: np.ndarray) -> np.ndarray:
         """The forward pass's output for ``rows`` (n, ...), computed with whatever else is queued."""
+        if len(rows) > self.max_queue:
+            raise RequestTooLarge(f"{len(rows)} images in one request, more than the queue holds ({self.max_queue}, "
+                                  "--max-queue): send them in smaller requests")
         if self._queued_rows + len(rows) > self.max_queue:
             raise QueueFull(f"{self._queued_rows} images are waiting, the queue holds {self.max_queue}; retry later")
         loop = asyncio.get_running_loop()

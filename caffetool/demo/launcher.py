@@ -27,10 +27,12 @@ from starlette.applications import Starlette
 from caffetool import proc
 from caffetool.choices import PORT
 from caffetool.demo import classifier as demo_classifier
+from caffetool.demo import repository
 from caffetool.demo.batcher import Batching
+from caffetool.demo.catalog import Model
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
-from caffetool.engine import EngineInfo, import_caffe, locate
+from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.train.devices import CPU, PycaffeDevice
 
@@ -38,26 +40,50 @@ CONFIG_VARIABLE = "CAFFETOOL_DEMO_CONFIG"
 KEEP_ALIVE_TIMEOUT = 5  # seconds a connection may wait for its first request, or its next one
 
 
-def serve(engine: EngineInfo, files: demo_classifier.ModelFiles, backend: str, host: str, port: int,
+def serve(engine: EngineInfo, source: demo_classifier.ModelFiles | Path, backend: str, host: str, port: int,
           max_body: int, workers: int = 1, device: PycaffeDevice = CPU, batching: Batching = Batching()) -> None:
-    """Load and check the model, then serve it until Ctrl-C; the address is checked first."""
+    """Load and check the model (``source``: its files, or a model repository's folder), then serve it
+    until Ctrl-C; the address is checked first."""
     check_address(host, port)
-    classifier = demo_classifier.load(engine, files, backend, device=device)  # fails start-up on a bad model
+    cpu_threads.for_serving()  # before pycaffe loads; workers inherit it
+    models = _models(engine, source, backend, device)  # fails start-up on a bad model
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     warning = network_warning(host)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    print(f"serving {classifier.name} ({backend}, {device.label}) on http://{host}:{port}/ — Ctrl-C stops", flush=True)
+    print(f"serving {_served(models, device)} on http://{host}:{port}/ — Ctrl-C stops", flush=True)
     if workers <= 1:
-        uvicorn.run(create_app(classifier, max_body, caffe_pb2, batching), **uvicorn_options(host, port))
+        uvicorn.run(create_app(models, max_body, caffe_pb2, batching), **uvicorn_options(host, port))
         return
     os.environ[CONFIG_VARIABLE] = json.dumps({
         "prefix": str(engine.prefix), "parent": os.getpid(), "backend": backend, "max_body": max_body, "gpu": device.gpu,
         "device": device.label, "batching": dataclasses.asdict(batching),
-        "files": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()},
+        "repository": str(source) if isinstance(source, Path) else None,
+        "files": None if isinstance(source, Path) else
+        {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(source).items()},
     })
     uvicorn.run("caffetool.demo.launcher:app_from_environment", factory=True, workers=workers,
                 **uvicorn_options(host, port))
+
+
+def _models(engine: EngineInfo, source: demo_classifier.ModelFiles | Path, backend: str, device: PycaffeDevice,
+            validate: bool = True) -> demo_classifier.Classifier | list[Model]:
+    if isinstance(source, Path):
+        return repository.load(engine, source, backend, device, validate)
+    return demo_classifier.load(engine, source, backend, validate=validate, device=device)
+
+
+def _served(models: demo_classifier.Classifier | list[Model], device: PycaffeDevice) -> str:
+    """What the server serves, in a few words: ``lenet (caffe, CPU)``, or for a repository
+    ``lenet versions 1, 2 (caffe), shirts version 1 (onnxruntime); CPU``."""
+    if isinstance(models, demo_classifier.Classifier):
+        return f"{models.name} ({models.backend}, {device.label})"
+    versions: dict[str, list[Model]] = {}
+    for m in models:
+        versions.setdefault(m.name, []).append(m)
+    listed = [f"{name} version{'s' if len(ms) > 1 else ''} {', '.join(m.version for m in ms)} "
+              f"({ms[-1].classifier.backend})" for name, ms in versions.items()]
+    return f"{', '.join(listed)}; {device.label}"
 
 
 def check_port(port: int) -> None:
@@ -110,10 +136,9 @@ def app_from_environment() -> Starlette:
     if os.getppid() != config["parent"]:
         os.kill(os.getpid(), signal.SIGTERM)
     f = config["files"]
-    files = demo_classifier.ModelFiles(**{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v)
-                                          for k, v in f.items()})
+    source = Path(config["repository"]) if f is None else demo_classifier.ModelFiles(
+        **{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v) for k, v in f.items()})
     engine = locate(config["prefix"], probe=False)
     device = PycaffeDevice(config["gpu"], config["device"])
-    classifier = demo_classifier.load(engine, files, config["backend"], validate=False, device=device)
-    return create_app(classifier, config["max_body"], import_caffe(engine).proto.caffe_pb2,
-                      Batching(**config["batching"]))
+    models = _models(engine, source, config["backend"], device, validate=False)
+    return create_app(models, config["max_body"], import_caffe(engine).proto.caffe_pb2, Batching(**config["batching"]))

@@ -13,6 +13,7 @@ client cannot grow the label set.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -24,34 +25,41 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class Metrics:
-    def __init__(self, model: str, version: str, load_seconds: float | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.labels = {"model": model, "version": version}
         r = self.registry
+        names = ["model", "version"]
         self.requests = Counter("caffetool_http_requests", "HTTP requests by route and status",
                                 ["route", "status"], registry=r)
         self.latency = Histogram("caffetool_http_request_duration_seconds", "time to answer, by route", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.queue = Histogram("caffetool_queue_duration_seconds", "time a request waited for its forward pass",
-                               buckets=LATENCY_BUCKETS, registry=r)
-        self.batch = Histogram("caffetool_batch_size", "images in each forward pass", buckets=BATCH_BUCKETS,
+                               names, buckets=LATENCY_BUCKETS, registry=r)
+        self.batch = Histogram("caffetool_batch_size", "images in each forward pass", names, buckets=BATCH_BUCKETS,
                                registry=r)
-        names = ["model", "version"]
         self.success = Counter("nv_inference_request_success", "inference requests answered", names, registry=r)
         self.inferences = Counter("nv_inference_count", "images inferred", names, registry=r)
         self.executions = Counter("nv_inference_exec_count", "forward passes", names, registry=r)
-        load = Gauge("caffetool_model_load_seconds", "time to load and check the model", names, registry=r)
-        if load_seconds is not None:
-            load.labels(**self.labels).set(load_seconds)
+        self.load = Gauge("caffetool_model_load_seconds", "time to load and check the model", names, registry=r)
 
-    def observe_pass(self, images: int, waits: list[float]) -> None:
-        """One forward pass of ``images`` for requests that waited ``waits`` seconds (the batcher's report)."""
-        self.batch.observe(images)
-        self.executions.labels(**self.labels).inc()
-        self.inferences.labels(**self.labels).inc(images)
-        self.success.labels(**self.labels).inc(len(waits))
-        for wait in waits:
-            self.queue.observe(wait)
+    def observer(self, model: str, version: str, load_seconds: float | None = None) -> Callable[[int, list[float]], None]:
+        """What a model version's batcher reports each forward pass to: ``images`` for requests that
+        waited ``waits`` seconds. Its load time is recorded now."""
+        labels = {"model": model, "version": version}
+        if load_seconds is not None:
+            self.load.labels(**labels).set(load_seconds)
+        batch, queue = self.batch.labels(**labels), self.queue.labels(**labels)
+        executions, inferences = self.executions.labels(**labels), self.inferences.labels(**labels)
+        success = self.success.labels(**labels)
+
+        def observe(images: int, waits: list[float]) -> None:
+            batch.observe(images)
+            executions.inc()
+            inferences.inc(images)
+            success.inc(len(waits))
+            for wait in waits:
+                queue.observe(wait)
+        return observe
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

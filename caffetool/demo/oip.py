@@ -18,6 +18,7 @@ allocated from it.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,8 @@ def parse(body: bytes, header_length: str | None) -> InferRequest:
         message = json.loads(body[:json_end])
     except (UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(f"the request's JSON cannot be read ({e})") from None
+    except RecursionError:  # arrays nested deeper than Python's parser goes
+        raise ProtocolError("the request's JSON cannot be read (nested too deep)") from None
     if not isinstance(message, dict) or not isinstance(message.get("inputs"), list) or not message["inputs"]:
         raise ProtocolError("an infer request is a JSON object with a non-empty 'inputs' list")
     binary = memoryview(body)[json_end:]
@@ -138,7 +141,7 @@ def _input(item: Any, i: int, binary: memoryview) -> tuple[Tensor, int]:
     if datatype not in DATATYPES:
         raise ProtocolError(f"input '{name}': datatype {datatype!r} is not one of {', '.join(DATATYPES)}")
     shape = _shape(item.get("shape"), name)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape)
     size = _parameters(item, f"input '{name}'").get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size < 0 or size > len(binary):
@@ -155,7 +158,7 @@ def _shape(shape: Any, name: str) -> list[int]:
         raise ProtocolError(f"input '{name}': shape {shape!r} is not a list of whole numbers")
     if any(d < 0 for d in shape):
         raise ProtocolError(f"input '{name}': shape {shape} has a negative dimension")
-    if shape and int(np.prod([float(d) for d in shape])) > MAX_ELEMENTS:
+    if any(d > MAX_ELEMENTS for d in shape) or math.prod(shape) > MAX_ELEMENTS:  # exact: Python's integers
         raise ProtocolError(f"input '{name}': shape {shape} holds more than {MAX_ELEMENTS:,} elements")
     return shape
 

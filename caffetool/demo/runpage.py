@@ -36,12 +36,12 @@ STYLE = """
 """
 
 
-def render(summary: dict[str, Any]) -> str:
+def render(summary: dict[str, Any], query: str = "") -> str:
     name = escape(str(summary.get("name") or "run"))
     return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>Run {name} — caffetool demo</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-            f'<nav aria-label="Pages"><a href="/">Classify images</a></nav>\n'
+            f'<nav aria-label="Pages"><a href="/{escape(query)}">Classify images</a></nav>\n'
             f"<main>\n<h1>Run {name}</h1>\n{_about(summary)}\n{_final(summary)}\n{_curves(summary)}\n"
             f"{_evaluation(summary.get('evaluation'))}\n</main>\n</body>\n</html>\n")
 

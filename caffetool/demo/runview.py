@@ -50,6 +50,7 @@ class Evaluation:
 @dataclass(frozen=True)
 class RunView:
     run_dir: Path
+    query: str = ""  # the model choice its links carry (``?model=NAME&version=N``) where a server has several
 
     def plots(self) -> dict[str, Path]:
         """The run's training curves by file name."""
@@ -92,11 +93,11 @@ class RunView:
         dataset = manifest.get("dataset")
         out["dataset"] = dataset.get("name") if isinstance(dataset, dict) else dataset
         out["metrics"] = last_rows(_json(self.run_dir / METRICS))
-        out["plots"] = [{"name": name, "url": f"/run/{PLOTS}/{name}"} for name in self.plots()]
+        out["plots"] = [{"name": name, "url": f"/run/{PLOTS}/{name}{self.query}"} for name in self.plots()]
         evaluation = self.evaluation()
         out["evaluation"] = None if evaluation is None else {
             **evaluation.summary, "dir": evaluation.folder.name,
-            "images": [{"name": name, "url": f"/run/{EVALUATIONS}/{name}"} for name in evaluation.images]}
+            "images": [{"name": name, "url": f"/run/{EVALUATIONS}/{name}{self.query}"} for name in evaluation.images]}
         return out
 
 

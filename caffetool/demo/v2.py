@@ -1,13 +1,14 @@
-"""The Open Inference Protocol's HTTP routes (``/v2/...``) on the demo server, for the model it serves.
+"""The Open Inference Protocol's HTTP routes (``/v2/...``) on the demo server, for the models it serves.
 
 Health (``/v2/health/live``, ``/v2/health/ready``), server and model metadata (``GET /v2``,
-``/v2/models/{name}[/versions/{v}]``), model readiness (``.../ready``) and ``POST
-.../infer``. The model is the demo's, named as the demo names it, version ``1``. It takes one of two
-inputs: its input blob (``FP32``, the net's C x H x W, several images along the first dimension,
+``/v2/models/{name}[/versions/{v}]``), model readiness (``.../ready``), ``POST .../infer``, and
+Triton's repository index (``POST /v2/repository/index``: every model version, all ready). Models
+are the :class:`.catalog.Catalog`'s: a request without a version gets the model's highest. Each takes
+one of two inputs: its input blob (``FP32``, the net's C x H x W, several images along the first dimension,
 already preprocessed) or ``image`` (``BYTES``, one encoded image per element, preprocessed as the
 page's uploads are); it answers its output blob (``FP32``, probabilities per image), or with the
 classification extension the top k as ``"value:index:label"``. Errors are the protocol's
-``{"error": ...}`` (400 for a request it refuses, 404 for another model or version).
+``{"error": ...}`` (400 for a request it refuses, 404 for a model or version not served).
 """
 
 from __future__ import annotations
@@ -25,23 +26,17 @@ from starlette.routing import Route
 from caffetool import __version__
 from caffetool.demo import oip
 from caffetool.demo.batcher import Batcher
+from caffetool.demo.catalog import Catalog, Served
 from caffetool.demo.classifier import Classifier
-from caffetool.errors import ConfigError
 
-VERSION = "1"
 IMAGE = "image"
 EXTENSIONS = ["classification", "binary_tensor_data"]
 MAX_IMAGES = 64  # encoded images one request may carry
 
 
-class NoSuchModel(ConfigError):
-    """A model name or version this server does not serve (answered 404)."""
-
-
-def routes(classifier: Classifier, batcher: Batcher, max_body: int,
-           read_body: Callable[[Request, int], Awaitable[bytes]]) -> list[Route]:
-    """The ``/v2`` routes for ``classifier``, its forward passes through ``batcher``; ``read_body`` reads a
-    request's body within ``max_body``."""
+def routes(catalog: Catalog, max_body: int, read_body: Callable[[Request, int], Awaitable[bytes]]) -> list[Route]:
+    """The ``/v2`` routes for the models of ``catalog``, each one's forward passes through its batcher;
+    ``read_body`` reads a request's body within ``max_body``."""
     async def server(request: Request) -> Response:
         return JSONResponse({"name": "caffetool", "version": __version__, "extensions": EXTENSIONS})
 
@@ -49,18 +44,22 @@ def routes(classifier: Classifier, batcher: Batcher, max_body: int,
         return Response(status_code=200)
 
     async def model(request: Request) -> Response:
-        _check(request, classifier)
-        return JSONResponse(metadata(classifier))
+        served = _served(request, catalog)
+        return JSONResponse(metadata(served.classifier, served.name, catalog.versions(served.name)))
 
     async def ready(request: Request) -> Response:
-        _check(request, classifier)
+        _served(request, catalog)
         return Response(status_code=200)
 
+    async def index(request: Request) -> Response:
+        return JSONResponse([{"name": name, "version": version, "state": "READY"}
+                             for name in catalog.names for version in catalog.versions(name)])
+
     async def infer(request: Request) -> Response:
-        _check(request, classifier)
+        served = _served(request, catalog)
         parsed = oip.parse(await read_body(request, max_body), request.headers.get(oip.HEADER))
-        outputs = answer(classifier, parsed, await _probabilities(classifier, batcher, parsed.inputs))
-        body, header = oip.response(classifier.name, VERSION, parsed.id, outputs)
+        probs = await _probabilities(served.classifier, served.batcher, parsed.inputs)
+        body, header = oip.response(served.name, served.version, parsed.id, answer(served.classifier, parsed, probs))
         if header is None:
             return Response(body, media_type="application/json")
         return Response(body, media_type="application/octet-stream", headers={oip.HEADER: str(header)})
@@ -69,13 +68,14 @@ def routes(classifier: Classifier, batcher: Batcher, max_body: int,
     for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         found += [Route(prefix, model), Route(f"{prefix}/ready", ready), Route(f"{prefix}/infer", infer,
                                                                                methods=["POST"])]
-    return [Route("/v2", server), Route("/v2/health/live", healthy), Route("/v2/health/ready", healthy), *found]
+    return [Route("/v2", server), Route("/v2/health/live", healthy), Route("/v2/health/ready", healthy),
+            Route("/v2/repository/index", index, methods=["POST"]), *found]
 
 
-def metadata(classifier: Classifier) -> dict[str, Any]:
+def metadata(classifier: Classifier, name: str, versions: list[str]) -> dict[str, Any]:
     t = classifier.transform
     data, output = classifier.blobs
-    return {"name": classifier.name, "versions": [VERSION],
+    return {"name": name, "versions": versions,
             "platform": {"caffe": "caffe_caffemodel", "onnxruntime": "onnxruntime_onnx"}.get(classifier.backend,
                                                                                           "opencv_caffemodel"),
             "inputs": [{"name": data, "datatype": "FP32", "shape": [-1, t.channels, t.height, t.width]},
@@ -123,9 +123,5 @@ async def _probabilities(classifier: Classifier, batcher: Batcher, inputs: list[
     return await batcher.submit(np.ascontiguousarray(given.data, np.float32))
 
 
-def _check(request: Request, classifier: Classifier) -> None:
-    name, version = request.path_params["model"], request.path_params.get("version")
-    if name != classifier.name:
-        raise NoSuchModel(f"no model named '{name}' here; this server serves '{classifier.name}'")
-    if version is not None and version != VERSION:
-        raise NoSuchModel(f"model '{name}' has no version '{version}'; its version is {VERSION}")
+def _served(request: Request, catalog: Catalog) -> Served:
+    return catalog.get(request.path_params["model"], request.path_params.get("version"))

@@ -27,9 +27,9 @@ import time
 from collections.abc import Awaitable, Callable
 from html import escape
 from importlib import resources
-from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 from starlette.applications import Starlette
@@ -40,7 +40,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from caffetool.demo import examples, multipart, runpage, v2
-from caffetool.demo.batcher import Batcher, Batching, QueueFull
+from caffetool.demo.batcher import Batching, QueueFull
+from caffetool.demo.catalog import DEFAULT_VERSION, Catalog, Model, NoSuchModel, Served
 from caffetool.demo.metrics import Counting, Metrics
 from caffetool.demo.classifier import Classifier, NoVisualizations
 from caffetool.demo.preprocess import BadImage, NotAnImage
@@ -71,7 +72,7 @@ STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (BadImage, 422),
     (multipart.BadMultipart, 422),
     (BadParameter, 400),
-    (v2.NoSuchModel, 404),
+    (NoSuchModel, 404),
     (examples.NoSuchExample, 404),
     (examples.NoExamples, 404),
     (NoRun, 404),
@@ -88,46 +89,58 @@ SERVER_FOLDERS = re.compile(r"(?<![\w.~])/(?:[^\s/'\"]+/)+")  # the folders of a
 UPLOAD_ERRORS = (BodyTooLarge, multipart.TooManyFiles, NotAnImage, BadImage, multipart.BadMultipart)
 
 
-def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_pb2: ModuleType | None = None,
-               batching: Batching = Batching()) -> Starlette:
-    """The app serving ``classifier``; its run's test set is offered as examples when ``caffe_pb2`` is given.
-    Every forward pass, the page's and the protocol's, goes through one :class:`.batcher.Batcher`."""
-    metrics = Metrics(classifier.name, v2.VERSION, getattr(classifier, "load_seconds", None))
-    batcher = Batcher.of(classifier.rows, batching, metrics.observe_pass)
+def create_app(models: Classifier | list[Model], max_body: int = DEFAULT_MAX_BODY,
+               caffe_pb2: ModuleType | None = None, batching: Batching = Batching()) -> Starlette:
+    """The app serving ``models`` (one classifier: version 1 of its name); a run's test set is offered
+    as examples when ``caffe_pb2`` is given. Each model's forward passes, the page's and the
+    protocol's, go through its one :class:`.batcher.Batcher`."""
+    metrics = Metrics()
+    if isinstance(models, Classifier):
+        models = [Model(models.name, DEFAULT_VERSION, models)]
+    catalog = Catalog(models, batching, metrics, caffe_pb2)
     page = resources.files("caffetool.demo").joinpath("page.html").read_text()
-    run_dir = getattr(getattr(classifier, "files", None), "run", None)  # None: files given one by one
-    run = RunView(Path(run_dir)) if run_dir else None
-    test_set, no_examples = _examples(run_dir, caffe_pb2)
+
+    def chosen(request: Request) -> Served:
+        """The model a page or API request names (``?model=NAME&version=N``), else the default."""
+        return catalog.get(request.query_params.get("model") or None, request.query_params.get("version") or None)
 
     async def index(request: Request) -> Response:
         return HTMLResponse(page)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": classifier.name})
+        return JSONResponse({"status": "ok", "model": catalog.names[0]})
 
     async def model_info(request: Request) -> Response:
-        return JSONResponse({**classifier.describe(), "examples": test_set.total if test_set else 0,
+        served = chosen(request)
+        return JSONResponse({**served.classifier.describe(), "name": served.name, "version": served.version,
+                             "examples": served.test_set.total if served.test_set else 0,
                              # pycaffe exposes every blob; OpenCV DNN's visualizations are refused
-                             "visualize": getattr(classifier, "backend", None) == "caffe"})
+                             "visualize": served.classifier.backend == "caffe"})
 
-    async def classified(data: bytes, top: int, want_input: bool) -> dict[str, Any]:
+    async def model_list(request: Request) -> Response:
+        return JSONResponse({"models": catalog.listing()})
+
+    async def classified(served: Served, data: bytes, top: int, want_input: bool) -> dict[str, Any]:
+        classifier = served.classifier
         prepared = await anyio.to_thread.run_sync(classifier.prepare, data)
         start = time.perf_counter()
-        rows = await batcher.submit(prepared.blob)
+        rows = await served.batcher.submit(prepared.blob)
         probs = rows[0] if len(rows) == 1 else rows.mean(0)  # oversampled crops are averaged
-        return classifier.answer(prepared, probs, top, want_input, (time.perf_counter() - start) * 1e3)
+        answer = classifier.answer(prepared, probs, top, want_input, (time.perf_counter() - start) * 1e3)
+        return {**answer, "model": served.name, "version": served.version}
 
     async def classify(request: Request) -> Response:
+        served = chosen(request)
         top = _int(request, "top", 5, 1, 1_000_000)
         want_input = _flag(request, "input")
         body = await _read_body(request, max_body)
         files = multipart.uploads(request.headers.get("content-type", ""), body, MAX_FILES)
         if len(files) == 1:
-            return JSONResponse(_encoded(await classified(files[0].data, top, want_input)))
+            return JSONResponse(_encoded(await classified(served, files[0].data, top, want_input)))
 
         async def each(upload: multipart.Upload) -> dict[str, Any]:
             try:
-                return {"file": upload.name, **_encoded(await classified(upload.data, top, want_input))}
+                return {"file": upload.name, **_encoded(await classified(served, upload.data, top, want_input))}
             except UPLOAD_ERRORS as e:
                 return {"file": upload.name, "error": str(e), "status": status_of(e)}
 
@@ -137,22 +150,24 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
         layer = request.query_params.get("layer") or None
         if layer is not None and not LAYER_NAME.match(layer):
             raise BadParameter("layer must be a layer name of the net (letters, digits and ._/:+-, up to 200)")
+        served = chosen(request)
         body = await _read_body(request, max_body)
         data = multipart.image_bytes(request.headers.get("content-type", ""), body)
-        shown = await anyio.to_thread.run_sync(classifier.visualize, data, layer)
+        shown = await anyio.to_thread.run_sync(served.classifier.visualize, data, layer)
         return JSONResponse({**shown, **{key: _base64(shown.get(key)) for key in ("filters_png", "activations_png")}})
 
     async def example_list(request: Request) -> Response:
-        found = _test_set(test_set, no_examples)
+        served = chosen(request)
+        found = _test_set(served)
         count = _int(request, "count", DEFAULT_EXAMPLES, 1, examples.MAX_COUNT)
         offset = _int(request, "offset", 0, 0, found.total - 1)
         listed = await anyio.to_thread.run_sync(found.listing, offset, count)
         return JSONResponse({"total": found.total, "offset": offset, "examples": [
-            {"index": index, "label": label, "class": _class_name(classifier, label),
-             "url": f"/api/examples/{index}.png"} for index, label in listed]})
+            {"index": index, "label": label, "class": _class_name(served.classifier, label),
+             "url": f"/api/examples/{index}.png{_query(request)}"} for index, label in listed]})
 
     async def example_image(request: Request) -> Response:
-        found = _test_set(test_set, no_examples)
+        found = _test_set(chosen(request))
         name = request.path_params["name"]
         matched = EXAMPLE_NAME.match(name)
         if not matched:
@@ -161,19 +176,19 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
         return Response(png, media_type="image/png")
 
     async def run_json(request: Request) -> Response:
-        return JSONResponse(await anyio.to_thread.run_sync(_run(run).summary))
+        return JSONResponse(await anyio.to_thread.run_sync(_run(chosen(request)).summary))
 
     async def run_html(request: Request) -> Response:
         try:
-            summary = await anyio.to_thread.run_sync(_run(run).summary)
+            summary = await anyio.to_thread.run_sync(_run(chosen(request)).summary)
         except NoRun as e:
             return HTMLResponse(f'<!doctype html><html lang="en"><title>No run</title><p>{escape(str(e))}</p>'
                                 '<p><a href="/">Classify images</a></p></html>', 404)
-        return HTMLResponse(runpage.render(summary))
+        return HTMLResponse(runpage.render(summary, _query(request)))
 
     def run_image(kind: str) -> Callable[[Request], Awaitable[Response]]:
         async def image(request: Request) -> Response:
-            path = _run(run).image(kind, request.path_params["name"])
+            path = _run(chosen(request)).image(kind, request.path_params["name"])
             return Response(await anyio.to_thread.run_sync(path.read_bytes), media_type="image/png",
                             headers={"cache-control": "no-cache"})
         return image
@@ -182,6 +197,7 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
         Route("/", index),
         Route("/healthz", healthz),
         Route("/api/model", model_info),
+        Route("/api/models", model_list),
         Route("/api/classify", classify, methods=["POST"]),
         Route("/api/visualize", visualize, methods=["POST"]),
         Route("/api/examples", example_list),
@@ -190,7 +206,7 @@ def create_app(classifier: Classifier, max_body: int = DEFAULT_MAX_BODY, caffe_p
         Route("/run", run_html),
         Route("/run/plots/{name}", run_image("plots")),
         Route("/run/eval/{name}", run_image("eval")),
-        *v2.routes(classifier, batcher, max_body, _read_body),
+        *v2.routes(catalog, max_body, _read_body),
         Route("/metrics", metrics.endpoint),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Counting, metrics=metrics)], exception_handlers={
@@ -229,28 +245,22 @@ async def _gone(request: Request, error: Exception) -> Response:
     return Response(status_code=400)
 
 
-def _examples(run_dir: Path | None, caffe_pb2: ModuleType | None) -> tuple[examples.ExampleSet | None, str]:
-    """The run's test set, or None and why not."""
-    if run_dir is None:
-        return None, "the demo serves model files given one by one (--deploy), not a run: no test set to show"
-    if caffe_pb2 is None:
-        return None, "this server was started without Caffe's protobuf classes: no test set to show"
-    try:
-        return examples.for_run(Path(run_dir), caffe_pb2), ""
-    except examples.NoExamples as e:
-        return None, str(e)
+def _test_set(served: Served) -> examples.ExampleSet:
+    if served.test_set is None:
+        raise examples.NoExamples(served.no_examples)
+    return served.test_set
 
 
-def _test_set(test_set: examples.ExampleSet | None, why_not: str) -> examples.ExampleSet:
-    if test_set is None:
-        raise examples.NoExamples(why_not)
-    return test_set
+def _run(served: Served) -> RunView:
+    if served.run is None:
+        raise NoRun(f"{served.no_run}: no run to show")
+    return served.run
 
 
-def _run(run: RunView | None) -> RunView:
-    if run is None:
-        raise NoRun("the demo serves model files given one by one (--deploy), not a run: no run to show")
-    return run
+def _query(request: Request) -> str:
+    """The request's model choice, to carry into the links it answers with."""
+    kept = {k: v for k, v in request.query_params.items() if k in ("model", "version")}
+    return "?" + "&".join(f"{k}={quote(v)}" for k, v in kept.items()) if kept else ""
 
 
 def _class_name(classifier: Classifier, label: int) -> str:

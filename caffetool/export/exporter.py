@@ -165,9 +165,9 @@ def _finished(converted: convert.Converted, p: preprocessing.Preprocessing | Non
         model = preprocessing.prepend(model, next(iter(converted.inputs)), p,
                                       request.batch if request.batch is not None else convert.DYNAMIC_BATCH)
     props = {**(p.metadata() if p else {}),
-             "caffetool.preprocessing_in_graph": str(request.with_preprocessing).lower()}
+             preprocessing.IN_GRAPH: str(request.with_preprocessing).lower()}
     if labels is not None:
-        props["caffetool.labels"] = json.dumps(labels)
+        props[preprocessing.LABELS] = json.dumps(labels)
     onnx.helper.set_model_props(model, props)
     model.producer_version = __version__
     try:

@@ -24,9 +24,12 @@ from typing import Any
 import numpy as np
 import onnx
 
+from caffetool.errors import ExportError
 from caffetool.export.graph import Graph, tensor
 
 IMAGE_INPUT = "image"
+PREPROCESSING, MEAN_IMAGE, LABELS, IN_GRAPH = ("caffetool.preprocessing", "caffetool.mean_image", "caffetool.labels",
+                                               "caffetool.preprocessing_in_graph")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Preprocessing:
     raw_scale: float = 255.0
     channel_swap: tuple[int, ...] | None = None
     image_dims: tuple[int, int] | None = None  # resize to before the centre crop
+    white_on_black: bool = False  # the training images were light on dark (the demo inverts drawings)
 
     @classmethod
     def of(cls, transform: Any) -> Preprocessing:
@@ -47,21 +51,41 @@ class Preprocessing:
         return cls(transform.channels, transform.height, transform.width, float(transform.scale),
                    transform.mean, float(colour.raw_scale) if colour and colour.raw_scale else 255.0,
                    tuple(colour.channel_swap) if colour and colour.channel_swap else None,
-                   tuple(colour.image_dims) if colour and colour.image_dims else None)
+                   tuple(colour.image_dims) if colour and colour.image_dims else None, bool(transform.white_on_black))
+
+    @classmethod
+    def from_metadata(cls, props: dict[str, str], chw: tuple[int, int, int], where: str) -> Preprocessing:
+        """What :meth:`metadata` wrote, read back, for a model whose input is ``chw`` (``where``: its file)."""
+        try:
+            steps = json.loads(props[PREPROCESSING])
+            mean = steps["mean"]
+            if mean == "image":
+                mean = np.load(io.BytesIO(base64.b64decode(props[MEAN_IMAGE])), allow_pickle=False)
+            elif mean is not None:
+                mean = np.asarray(mean, np.float32)
+            return cls(*chw, float(steps["input_scale"]), mean, float(steps["raw_scale"]),
+                       tuple(steps["channel_swap"]) if steps["channel_swap"] else None,
+                       tuple(steps["image_dims"]) if steps["image_dims"] else None,
+                       bool(steps.get("white_on_black", False)))
+        except KeyError as e:
+            raise ExportError(f"{where} has no {e.args[0]!r} in its metadata: export it with `caffetool export`") from None
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ExportError(f"{where}: its {PREPROCESSING!r} metadata cannot be read ({e}); export it again") from None
 
     def steps(self) -> dict:
         mean = None if self.mean is None else "image" if self.mean.ndim == 3 else [float(v) for v in self.mean]
         return {"input": "NHWC float32 in [0, 1]: RGB, or one grey channel", "layout": "NCHW",
+                "white_on_black": self.white_on_black,
                 "image_dims": list(self.image_dims) if self.image_dims else None,
                 "crop": [self.height, self.width], "channel_swap": list(self.channel_swap) if self.channel_swap
                 else None, "raw_scale": self.raw_scale, "mean": mean, "input_scale": self.input_scale}
 
     def metadata(self) -> dict[str, str]:
-        props = {"caffetool.preprocessing": json.dumps(self.steps())}
+        props = {PREPROCESSING: json.dumps(self.steps())}
         if self.mean is not None and self.mean.ndim == 3:
             buffer = io.BytesIO()
             np.save(buffer, self.mean.astype(np.float32), allow_pickle=False)
-            props["caffetool.mean_image"] = base64.b64encode(buffer.getvalue()).decode()
+            props[MEAN_IMAGE] = base64.b64encode(buffer.getvalue()).decode()
         return props
 
     def transformer(self, caffe: Any, input_name: str) -> Any:

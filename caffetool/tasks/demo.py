@@ -114,14 +114,16 @@ def newest_run(runs_root: Path) -> Path:
             "max_batch": "images one forward pass may join from concurrent requests (default 1: no batching)",
             "max_queue_delay_us": "how long a pass may wait for more requests, in microseconds (default 0: it takes "
                                   "what is queued)",
-            "max_queue": "images that may wait for a pass; past it a request gets 503 (default 256)"})
+            "max_queue": "images that may wait for a pass; past it a request gets 503 (default 256)",
+            "model_repository": "serve every model of a folder in Triton's layout: NAME/1/, NAME/2/, each a run "
+                                "folder (or a link to one) or an ONNX export's model.onnx (instead of --run)"})
 def serve(c: Context, run: str | None = None, deploy: str | None = None, weights: str | None = None,
           labels: str | None = None, mean: str | None = None, scale: str | None = None, backend: str = "caffe",
           host: str = "127.0.0.1", port: str = "8000", max_body: str = str(10 * 1024 * 1024),
           workers: str = "1", runs_dir: str | None = None, mean_values: str | None = None,
           channel_swap: str | None = None, raw_scale: str | None = None, image_dims: str | None = None,
           oversample: bool = False, gpu: str = "cpu", max_batch: str = "1", max_queue_delay_us: str = "0",
-          max_queue: str = "256") -> None:
+          max_queue: str = "256", model_repository: str | None = None) -> None:
     """Serve a trained model: web page (upload or draw), JSON API, the Open Inference Protocol (/v2), health."""
     from caffetool.demo import launcher  # noqa: PLC0415 - uvicorn only when serving
 
@@ -131,11 +133,14 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
     colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
     device = devices.for_pycaffe(engine, gpu)
-    files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
+    if model_repository and (run or deploy or weights):
+        raise ConfigError("give --model-repository DIR or one model (--run, --deploy, --weights), not both")
+    source = Path(model_repository).expanduser() if model_repository else \
+        model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
     batching = Batching(bounded(max_batch, "--max-batch", BATCH), bounded(max_queue_delay_us, "--max-queue-delay-us",
                                                                            DELAY_US) / 1e6,
                         bounded(max_queue, "--max-queue", QUEUE))
-    launcher.serve(engine, files, engine_kind, host, tcp_port, body_limit, processes, device, batching)
+    launcher.serve(engine, source, engine_kind, host, tcp_port, body_limit, processes, device, batching)
 
 
 @task(positional=["images"], help={**MODEL_HELP, "images": "image files, comma-separated, or a folder",

@@ -1,0 +1,77 @@
+"""A ``caffetool export`` model served on its own, without Caffe's files: what a model repository's
+``NAME/N/model.onnx`` is.
+
+Everything the demo needs travels in the model (:mod:`caffetool.export.preprocessing`): how images are
+fed to it and its class names (else ``labels.txt`` beside it, else classes go by index). A model made
+``--with-preprocessing`` takes raw images, not what the demo prepares: it is refused, by name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from caffetool.demo import preprocess
+from caffetool.demo.classifier import Classifier
+from caffetool.demo.modelfiles import ModelFiles
+from caffetool.errors import ExportError, NetError
+from caffetool.runs import labels as label_file
+
+LABELS = "labels.txt"
+
+
+def load(path: Path, name: str) -> Classifier:
+    """The exported model at ``path`` ready to classify, called ``name``; proven by one forward pass."""
+    from caffetool.export import preprocessing, runtime  # noqa: PLC0415 - onnx only for these models
+
+    started = time.perf_counter()
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, ValueError or its own
+        raise ExportError(f"{path} cannot be read as an ONNX model ({str(e).strip().splitlines()[0]})") from None
+    props = {p.key: p.value for p in model.metadata_props}
+    if props.get(preprocessing.IN_GRAPH) == "true":
+        raise ExportError(f"{path} was exported --with-preprocessing: it takes raw images, and the demo feeds "
+                          "prepared ones; export it again without --with-preprocessing to serve it")
+    initialized = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initialized]
+    dims = [d.dim_value for d in inputs[0].type.tensor_type.shape.dim] if len(inputs) == 1 else []
+    if len(dims) != 4 or not all(dims[1:]):
+        raise ExportError(f"{path} does not take one image input (N, C, H, W) with fixed C, H and W")
+    p = preprocessing.Preprocessing.from_metadata(props, (dims[1], dims[2], dims[3]), str(path))
+    labels = _labels(props, path)
+    session = runtime.session_of(model)
+    data, output = inputs[0].name, model.graph.output[0].name
+
+    def forward(blob: np.ndarray) -> np.ndarray:
+        return session.run([output], {data: np.ascontiguousarray(blob, np.float32)})[0].reshape(len(blob), -1)
+
+    probs = forward(np.zeros((1, *dims[1:]), np.float32))[0]
+    labels = labels or [str(i) for i in range(probs.size)]
+    if probs.size != len(labels):
+        raise NetError(f"{path}: its labels name {len(labels)} classes, the model outputs {probs.size}")
+    colour = preprocess.Colour(p.image_dims, p.channel_swap, p.raw_scale) if p.channels == 3 else None
+    transform = preprocess.Transform(p.channels, p.height, p.width, p.input_scale, p.mean, p.white_on_black, colour)
+    return Classifier(name, "onnxruntime", transform, labels, ModelFiles(path, path, _labels_file(path)),
+                      _forward=forward, blobs=(data, output), load_seconds=round(time.perf_counter() - started, 3))
+
+
+def _labels(props: dict[str, str], path: Path) -> list[str] | None:
+    from caffetool.export import preprocessing  # noqa: PLC0415
+
+    if preprocessing.LABELS in props:
+        try:
+            return [str(label) for label in json.loads(props[preprocessing.LABELS])]
+        except (ValueError, TypeError) as e:
+            raise ExportError(f"{path}: its {preprocessing.LABELS!r} metadata cannot be read ({e})") from None
+    beside = _labels_file(path)
+    return label_file.read(beside) if beside else None
+
+
+def _labels_file(path: Path) -> Path | None:
+    beside = path.parent / LABELS
+    return beside if beside.is_file() else None

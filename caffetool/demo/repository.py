@@ -1,0 +1,86 @@
+"""A model repository in NVIDIA Triton's layout, for ``demo.serve --model-repository DIR``.
+
+``DIR/NAME/VERSION/`` for each model and version, versions being positive integers as Triton's
+are (``lenet/1/``, ``lenet/2/``). A version folder holds one of:
+
+* a caffetool run (its ``manifest.json``; a link to a run folder does), served as ``--run`` serves it;
+* an ONNX export (``model.onnx``, as ``caffetool export`` writes it: the preprocessing and labels
+  travel in its metadata, or ``labels.txt`` beside it), served on onnxruntime.
+
+Other entries (files, hidden folders, Triton's ``config.pbtxt``) are left alone; a model folder with
+no version, or a version folder with neither, is refused by name, before anything loads. Every
+version is served; a request that names no version gets the highest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from caffetool.demo import classifier as demo_classifier
+from caffetool.demo.catalog import Model
+from caffetool.engine import EngineInfo
+from caffetool.errors import CaffetoolError, ConfigError
+from caffetool.runs import rundir
+from caffetool.train.devices import CPU, PycaffeDevice
+
+ONNX_MODEL = "model.onnx"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    version: str
+    path: Path  # the version folder
+    kind: str  # "run" or "onnx"
+
+
+def scan(root: Path) -> list[Entry]:
+    """The repository's models and versions, by name then version number."""
+    if not root.is_dir():
+        raise ConfigError(f"--model-repository {root} is not a folder")
+    entries = []
+    for model in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        versions = sorted((p for p in model.iterdir() if p.is_dir() and _is_version(p.name)), key=lambda p: int(p.name))
+        if not versions:
+            raise ConfigError(f"{model} holds no version folder (1/, 2/, ...); put the run or the export in "
+                              f"{model / '1'}")
+        entries += [Entry(model.name, str(int(v.name)), v, _kind(v)) for v in versions]
+    if not entries:
+        raise ConfigError(f"--model-repository {root} holds no model: make {root}/NAME/1/ a run folder (or a "
+                          f"link to one), or put an export's {ONNX_MODEL} there")
+    return entries
+
+
+def _is_version(name: str) -> bool:
+    return name.isdigit() and int(name) > 0 and name == str(int(name))
+
+
+def _kind(folder: Path) -> str:
+    if (folder / rundir.MANIFEST).is_file():
+        return "run"
+    if (folder / ONNX_MODEL).is_file():
+        return "onnx"
+    raise ConfigError(f"{folder} holds neither a caffetool run ({rundir.MANIFEST}) nor an ONNX export "
+                      f"({ONNX_MODEL}); make it a link to a run folder, or copy `caffetool export`'s "
+                      f"{ONNX_MODEL} into it")
+
+
+def load(engine: EngineInfo, root: Path, backend: str = "caffe", device: PycaffeDevice = CPU,
+         validate: bool = True) -> list[Model]:
+    """Every model version of the repository at ``root``, loaded and proven (runs on ``backend``)."""
+    from caffetool.demo import onnxmodel  # noqa: PLC0415 - onnx only for a repository
+
+    loaded = []
+    for entry in scan(root):
+        try:
+            if entry.kind == "onnx":
+                classifier = onnxmodel.load(entry.path / ONNX_MODEL, entry.name)
+            else:
+                files = demo_classifier.from_run(entry.path)
+                classifier = demo_classifier.load(engine, files, backend, validate, device)
+                classifier.name = entry.name
+        except CaffetoolError as e:
+            raise type(e)(f"model {entry.name} version {entry.version}: {e}") from None
+        loaded.append(Model(entry.name, entry.version, classifier))
+    return loaded
