@@ -58,13 +58,13 @@ class Catalog:
         self.served: dict[tuple[str, str], Served] = {}
         several = len(models) > 1
         for m in models:
-            observe = metrics.observer(m.name, m.version, m.classifier.load_seconds)
+            observer = metrics.observer(m.name, m.version, m.classifier.load_seconds)
             run_dir = m.classifier.files.run if m.classifier.files else None
             no_run = (f"{m.name} version {m.version} is an ONNX export, not a run" if m.classifier.backend ==
                       "onnxruntime" and run_dir is None else NO_RUN)
             test_set, why = _examples(run_dir, caffe_pb2, no_run)
             self.served[(m.name, m.version)] = Served(
-                m.name, m.version, m.classifier, Batcher.of(m.classifier.rows, batching, observe),
+                m.name, m.version, m.classifier, Batcher.of(m.classifier.rows, batching, observer),
                 RunView(Path(run_dir), choice(m.name, m.version) if several else "") if run_dir else None,
                 test_set, why, no_run)
         self.names = list(dict.fromkeys(name for name, _ in self.served))

@@ -201,7 +201,9 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
 
         def forward(blob: np.ndarray) -> np.ndarray:
             device.activate(caffe)
-            if net.blobs[data].data.shape != blob.shape:  # one image, or ten oversampled crops
+            if net.blobs[data].data.shape != blob.shape:  # a batch of another size
+                # Blob::Reshape reallocates only past a blob's capacity: passes of every batch size up
+                # to the largest seen share one allocation, made once.
                 net.blobs[data].reshape(*blob.shape)
                 net.reshape()
             net.blobs[data].data[...] = blob

@@ -4,8 +4,8 @@ What operators of NVIDIA Triton watch, under Triton's names where Triton has one
 and status (``caffetool_http_requests_total``), request latency by route, time in the batcher's queue,
 the batch size of each forward pass, and — labelled ``model`` and ``version`` as Triton's are —
 ``nv_inference_request_success`` (requests answered), ``nv_inference_count`` (images inferred) against
-``nv_inference_exec_count`` (forward passes: their ratio is the mean batch size), and the model's
-load time. Each app has its own registry, so several apps in one process do not share counts. Routes
+``nv_inference_exec_count`` (forward passes: their ratio is the mean batch size), the requests
+dropped because their client left before their pass, and the model's load time. Each app has its own registry, so several apps in one process do not share counts. Routes
 are labelled by their template (``/v2/models/{model}/infer``), an unknown path as ``other``, so a
 client cannot grow the label set.
 """
@@ -13,7 +13,7 @@ client cannot grow the label set.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -22,6 +22,30 @@ from starlette.responses import Response
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class ModelObserver:
+    """One model version's series, as its batcher reports them."""
+
+    batch: Any
+    queue: Any
+    executions: Any
+    inferences: Any
+    success: Any
+    dropped_requests: Any
+
+    def passed(self, images: int, waits: list[float]) -> None:
+        """One forward pass of ``images`` for requests that waited ``waits`` seconds."""
+        self.batch.observe(images)
+        self.executions.inc()
+        self.inferences.inc(images)
+        self.success.inc(len(waits))
+        for wait in waits:
+            self.queue.observe(wait)
+
+    def dropped(self, requests: int) -> None:
+        self.dropped_requests.inc(requests)
 
 
 class Metrics:
@@ -41,25 +65,17 @@ class Metrics:
         self.inferences = Counter("nv_inference_count", "images inferred", names, registry=r)
         self.executions = Counter("nv_inference_exec_count", "forward passes", names, registry=r)
         self.load = Gauge("caffetool_model_load_seconds", "time to load and check the model", names, registry=r)
+        self.dropped = Counter("caffetool_requests_dropped", "requests whose client left before their forward pass",
+                               names, registry=r)
 
-    def observer(self, model: str, version: str, load_seconds: float | None = None) -> Callable[[int, list[float]], None]:
-        """What a model version's batcher reports each forward pass to: ``images`` for requests that
-        waited ``waits`` seconds. Its load time is recorded now."""
+    def observer(self, model: str, version: str, load_seconds: float | None = None) -> ModelObserver:
+        """What a model version's batcher reports to; its load time is recorded now."""
         labels = {"model": model, "version": version}
         if load_seconds is not None:
             self.load.labels(**labels).set(load_seconds)
-        batch, queue = self.batch.labels(**labels), self.queue.labels(**labels)
-        executions, inferences = self.executions.labels(**labels), self.inferences.labels(**labels)
-        success = self.success.labels(**labels)
-
-        def observe(images: int, waits: list[float]) -> None:
-            batch.observe(images)
-            executions.inc()
-            inferences.inc(images)
-            success.inc(len(waits))
-            for wait in waits:
-                queue.observe(wait)
-        return observe
+        return ModelObserver(self.batch.labels(**labels), self.queue.labels(**labels),
+                             self.executions.labels(**labels), self.inferences.labels(**labels),
+                             self.success.labels(**labels), self.dropped.labels(**labels))
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

@@ -17,7 +17,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,7 +24,7 @@ from starlette.routing import Route
 
 from caffetool import __version__
 from caffetool.demo import oip
-from caffetool.demo.batcher import Batcher
+from caffetool.demo.batcher import Batcher, off_loop, unless_left
 from caffetool.demo.catalog import Catalog, Served
 from caffetool.demo.classifier import Classifier
 
@@ -58,7 +57,7 @@ def routes(catalog: Catalog, max_body: int, read_body: Callable[[Request, int], 
     async def infer(request: Request) -> Response:
         served = _served(request, catalog)
         parsed = oip.parse(await read_body(request, max_body), request.headers.get(oip.HEADER))
-        probs = await _probabilities(served.classifier, served.batcher, parsed.inputs)
+        probs = await unless_left(request.receive, _probabilities(served.classifier, served.batcher, parsed.inputs))
         body, header = oip.response(served.name, served.version, parsed.id, answer(served.classifier, parsed, probs))
         if header is None:
             return Response(body, media_type="application/json")
@@ -112,7 +111,7 @@ async def _probabilities(classifier: Classifier, batcher: Batcher, inputs: list[
                                     "encoded image each")
 
         async def one(item: bytes) -> np.ndarray:
-            prepared = await anyio.to_thread.run_sync(classifier.prepare, bytes(item))
+            prepared = await off_loop(classifier.prepare, bytes(item))
             return (await batcher.submit(prepared.blob)).mean(0)  # oversampled crops are averaged
         return np.stack(await asyncio.gather(*(one(item) for item in given.data)))
     shape = [t.channels, t.height, t.width]

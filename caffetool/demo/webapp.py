@@ -40,7 +40,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from caffetool.demo import examples, multipart, runpage, v2
-from caffetool.demo.batcher import Batching, QueueFull
+from caffetool.demo.batcher import Batching, ClientLeft, QueueFull, off_loop, unless_left
 from caffetool.demo.catalog import DEFAULT_VERSION, Catalog, Model, NoSuchModel, Served
 from caffetool.demo.metrics import Counting, Metrics
 from caffetool.demo.classifier import Classifier, NoVisualizations
@@ -67,6 +67,7 @@ class BadParameter(ConfigError):
 STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (BodyTooLarge, 413),
     (QueueFull, 503),
+    (ClientLeft, 499),  # nginx's "client closed request": what the metrics count, nobody reads it
     (multipart.TooManyFiles, 413),
     (NotAnImage, 415),
     (BadImage, 422),
@@ -122,7 +123,7 @@ def create_app(models: Classifier | list[Model], max_body: int = DEFAULT_MAX_BOD
 
     async def classified(served: Served, data: bytes, top: int, want_input: bool) -> dict[str, Any]:
         classifier = served.classifier
-        prepared = await anyio.to_thread.run_sync(classifier.prepare, data)
+        prepared = await off_loop(classifier.prepare, data)
         start = time.perf_counter()
         rows = await served.batcher.submit(prepared.blob)
         probs = rows[0] if len(rows) == 1 else rows.mean(0)  # oversampled crops are averaged
@@ -136,7 +137,8 @@ def create_app(models: Classifier | list[Model], max_body: int = DEFAULT_MAX_BOD
         body = await _read_body(request, max_body)
         files = multipart.uploads(request.headers.get("content-type", ""), body, MAX_FILES)
         if len(files) == 1:
-            return JSONResponse(_encoded(await classified(served, files[0].data, top, want_input)))
+            return JSONResponse(_encoded(await unless_left(request.receive, classified(served, files[0].data, top,
+                                                                                       want_input))))
 
         async def each(upload: multipart.Upload) -> dict[str, Any]:
             try:
@@ -144,7 +146,8 @@ def create_app(models: Classifier | list[Model], max_body: int = DEFAULT_MAX_BOD
             except UPLOAD_ERRORS as e:
                 return {"file": upload.name, "error": str(e), "status": status_of(e)}
 
-        return JSONResponse(list(await asyncio.gather(*(each(upload) for upload in files))))
+        return JSONResponse(list(await unless_left(request.receive,
+                                                   asyncio.gather(*(each(upload) for upload in files)))))
 
     async def visualize(request: Request) -> Response:
         layer = request.query_params.get("layer") or None

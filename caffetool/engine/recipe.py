@@ -51,6 +51,7 @@ FIX_PATCHES: tuple[str, ...] = (
 TUNING_PATCHES: tuple[str, ...] = (
     "0004-openmp-cpu-layers.patch",
     "0006-gpu-algorithms-once-shared-cudnn-handle.patch",
+    "0007-pycaffe-passes-release-the-gil.patch",
 )
 PROJECT_PATCHES: tuple[str, ...] = FIX_PATCHES + TUNING_PATCHES
 # Applied only to --blas mkl builds (it changes only FindMKL.cmake), so OpenBLAS engines keep theirs.
