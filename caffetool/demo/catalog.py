@@ -48,6 +48,7 @@ class Served:
     test_set: examples.ExampleSet | None
     no_examples: str  # why there is no test set
     no_run: str  # why there is no run to show, if there is none
+    query: str  # what picks it in a link (``?model=NAME&version=N``); empty where a server has one model
 
 
 class Catalog:
@@ -63,10 +64,10 @@ class Catalog:
             no_run = (f"{m.name} version {m.version} is an ONNX export, not a run" if m.classifier.backend ==
                       "onnxruntime" and run_dir is None else NO_RUN)
             test_set, why = _examples(run_dir, caffe_pb2, no_run)
+            query = choice(m.name, m.version) if several else ""
             self.served[(m.name, m.version)] = Served(
                 m.name, m.version, m.classifier, Batcher.of(m.classifier.rows, batching, observer),
-                RunView(Path(run_dir), choice(m.name, m.version) if several else "") if run_dir else None,
-                test_set, why, no_run)
+                RunView(Path(run_dir), query) if run_dir else None, test_set, why, no_run, query)
         self.names = list(dict.fromkeys(name for name, _ in self.served))
 
     def versions(self, name: str) -> list[str]:

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from caffetool.demo import preprocess
 from caffetool.demo.classifier import Classifier
@@ -29,10 +28,7 @@ def load(path: Path, name: str) -> Classifier:
     from caffetool.export import preprocessing, runtime  # noqa: PLC0415 - onnx only for these models
 
     started = time.perf_counter()
-    try:
-        model = onnx.load(str(path))
-    except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, ValueError or its own
-        raise ExportError(f"{path} cannot be read as an ONNX model ({str(e).strip().splitlines()[0]})") from None
+    model = runtime.read_model(path)
     props = {p.key: p.value for p in model.metadata_props}
     if props.get(preprocessing.IN_GRAPH) == "true":
         raise ExportError(f"{path} was exported --with-preprocessing: it takes raw images, and the demo feeds "

@@ -29,7 +29,6 @@ from html import escape
 from importlib import resources
 from types import ModuleType
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 from starlette.applications import Starlette
@@ -167,7 +166,7 @@ def create_app(models: Classifier | list[Model], max_body: int = DEFAULT_MAX_BOD
         listed = await anyio.to_thread.run_sync(found.listing, offset, count)
         return JSONResponse({"total": found.total, "offset": offset, "examples": [
             {"index": index, "label": label, "class": _class_name(served.classifier, label),
-             "url": f"/api/examples/{index}.png{_query(request)}"} for index, label in listed]})
+             "url": f"/api/examples/{index}.png{served.query}"} for index, label in listed]})
 
     async def example_image(request: Request) -> Response:
         found = _test_set(chosen(request))
@@ -182,12 +181,13 @@ def create_app(models: Classifier | list[Model], max_body: int = DEFAULT_MAX_BOD
         return JSONResponse(await anyio.to_thread.run_sync(_run(chosen(request)).summary))
 
     async def run_html(request: Request) -> Response:
+        served = chosen(request)
         try:
-            summary = await anyio.to_thread.run_sync(_run(chosen(request)).summary)
+            summary = await anyio.to_thread.run_sync(_run(served).summary)
         except NoRun as e:
             return HTMLResponse(f'<!doctype html><html lang="en"><title>No run</title><p>{escape(str(e))}</p>'
                                 '<p><a href="/">Classify images</a></p></html>', 404)
-        return HTMLResponse(runpage.render(summary, _query(request)))
+        return HTMLResponse(runpage.render(summary, served.query))
 
     def run_image(kind: str) -> Callable[[Request], Awaitable[Response]]:
         async def image(request: Request) -> Response:
@@ -258,12 +258,6 @@ def _run(served: Served) -> RunView:
     if served.run is None:
         raise NoRun(f"{served.no_run}: no run to show")
     return served.run
-
-
-def _query(request: Request) -> str:
-    """The request's model choice, to carry into the links it answers with."""
-    kept = {k: v for k, v in request.query_params.items() if k in ("model", "version")}
-    return "?" + "&".join(f"{k}={quote(v)}" for k, v in kept.items()) if kept else ""
 
 
 def _class_name(classifier: Classifier, label: int) -> str:

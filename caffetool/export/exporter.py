@@ -273,7 +273,7 @@ def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, to
     """``export.check``: an existing model against Caffe again, layer by layer, on the same inputs as
     an export (its tensors carry Caffe's blob names, as caffetool's exports do)."""
     caffe, net_param, net = _load(engine, files)
-    model = _read_model(model_path)
+    model = runtime.read_model(model_path)
     first = model.graph.input[0].type.tensor_type.shape.dim[0] if model.graph.input else None
     batch = first.dim_value if first is not None and first.dim_value else None
     converted = convert.convert(net_param, net, model.opset_import[0].version, batch, _name(files))
@@ -304,12 +304,6 @@ def _reported(result: verify.Verification, say: Callable[[str], None], where: st
         raise ExportError(f"{where}layer {past.layer!r} ({past.type}) differs from Caffe by {past.rel:.3g} of its "
                           f"scale, past the tolerance of {result.tolerance:g}{then}")
 
-
-def _read_model(path: Path) -> onnx.ModelProto:
-    try:
-        return onnx.load(str(path))
-    except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, ValueError or its own
-        raise ExportError(f"{path} cannot be read as an ONNX model ({str(e).strip().splitlines()[0]})") from None
 
 
 def run_export(engine: EngineInfo, files: modelfiles.ModelFiles,

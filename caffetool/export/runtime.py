@@ -18,15 +18,20 @@ from caffetool.export.graph import tensor
 PROVIDERS = ["CPUExecutionProvider"]
 
 
+def read_model(path: Path) -> onnx.ModelProto:
+    """The ONNX model in ``path``, or an error that names the file."""
+    try:
+        return onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, ValueError or its own
+        raise ExportError(f"{path} cannot be read as an ONNX model ({str(e).strip().splitlines()[0]})") from None
+
+
 def session_of(model: onnx.ModelProto | Path, outputs: list[str] = ()):  # noqa: ANN201 - onnxruntime's type
     """An ``InferenceSession`` of ``model`` (in memory or a file) that also outputs ``outputs``."""
     import onnxruntime as ort  # noqa: PLC0415 - 0.3 s to import; only for exports
 
     if isinstance(model, Path):
-        try:
-            model = onnx.load(str(model))
-        except (OSError, onnx.onnx_cpp2py_export.checker.ValidationError, ValueError) as e:
-            raise ExportError(f"{model} cannot be read as an ONNX model ({e})") from None
+        model = read_model(model)
     present = {o.name for o in model.graph.output}
     wanted = [name for name in outputs if name not in present]
     if wanted:
