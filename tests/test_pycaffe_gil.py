@@ -46,9 +46,12 @@ def test_other_threads_run_during_a_forward_pass(caffe, tmp_path):
     while passes.is_alive():
         beats.append(time.perf_counter())  # this thread runs Python only while the passes let it
     passes.join()
-    longest = max(np.diff(beats), default=0.0)
-    # holding the GIL, each pass would stop this loop for the whole pass
-    assert len(beats) > 1000 and longest < alone / 4, (len(beats), longest, alone)
+    gaps = np.diff(beats)
+    stalled = gaps[gaps > alone / 10].sum()  # gaps long enough to be a pass (or the scheduler)
+    span = beats[-1] - beats[0]
+    # holding the GIL, the passes would stall this loop for all their time; letting go of it, only the
+    # scheduler stalls it now and then (on two busy cores, for up to tens of milliseconds)
+    assert len(beats) > 1000 and stalled < span / 2, (len(beats), stalled, span, alone)
 
 
 def _timed(step) -> float:
