@@ -12,6 +12,8 @@ file, not its parents; a runtime file (``caffetool -f FILE``) is read as Invoke 
 
 from __future__ import annotations
 
+import copy
+import gc
 import os
 import signal
 import sys
@@ -48,7 +50,7 @@ class CaffetoolProgram(Program):
         super().update_config(merge)
 
     def run(self, argv: list[str] | None = None, exit: bool = True) -> None:  # noqa: A002 - Invoke's name
-        super().run(optional_positional(help_first(sys.argv if argv is None else argv)), exit)
+        super().run(several_positional(optional_positional(help_first(sys.argv if argv is None else argv))), exit)
 
     def parse_core(self, argv: list[str] | None) -> None:
         """Invoke's own flags; a wrong one is reported as every caffetool error is."""
@@ -82,20 +84,55 @@ def optional_positional(argv: list[str]) -> list[str]:
     for i, token in enumerate(argv[1:], 1):
         if token not in OPTIONAL_POSITIONAL:
             continue
-        valued = {f"--{name.replace('_', '-')}" for arg in ns[token].get_arguments() if arg.kind is not bool
-                  for name in arg.names if len(name) > 1} | {
-            f"-{name}" for arg in ns[token].get_arguments() if arg.kind is not bool for name in arg.names
-            if len(name) == 1}
+        valued = _valued_flags(token)
         j = i + 1
         while j < len(argv):
             word = argv[j]
-            if word in ns.task_names or any(word in aliases for aliases in ns.task_names.values()):
+            if _is_task(word):
                 return argv
             if not word.startswith("-"):
                 return [*argv[:j], OPTIONAL_POSITIONAL[token], *argv[j:]]
             j += 2 if word in valued else 1
         return argv
     return argv
+
+
+# Tasks whose positional argument takes several words (``caffetool track.import RUN RUN``): Invoke's
+# takes one, so the words are joined with commas, as the task reads them.
+SEVERAL_POSITIONAL = ("track.import",)
+
+
+def several_positional(argv: list[str]) -> list[str]:
+    """``TASK A B --flag V C`` as ``TASK A,B,C --flag V`` for the tasks of :data:`SEVERAL_POSITIONAL`;
+    the words end at the next task name."""
+    for i, token in enumerate(argv[1:], 1):
+        if token not in SEVERAL_POSITIONAL:
+            continue
+        valued, words, flags, j = _valued_flags(token), [], [], i + 1
+        while j < len(argv) and not _is_task(argv[j]):
+            word = argv[j]
+            if word.startswith("-"):
+                flags += argv[j:j + 2] if word in valued else [word]
+                j += 2 if word in valued else 1
+            else:
+                words.append(word)
+                j += 1
+        return argv if len(words) < 2 else [*argv[:i + 1], ",".join(words), *flags, *argv[j:]]
+    return argv
+
+
+def _valued_flags(task: str) -> set[str]:
+    """The flags of ``task`` that take a value (``--runs-dir DIR``), long and short. Read from a copy of
+    the task: Invoke's ``get_arguments`` takes each flag's help out of the task as it makes the flag,
+    and ``--help TASK`` would show none."""
+    copied = copy.copy(ns[task])
+    copied.help = dict(copied.help)
+    arguments = [arg for arg in copied.get_arguments() if arg.kind is not bool]
+    return {f"--{name.replace('_', '-')}" if len(name) > 1 else f"-{name}" for arg in arguments for name in arg.names}
+
+
+def _is_task(word: str) -> bool:
+    return word in ns.task_names or any(word in aliases for aliases in ns.task_names.values())
 
 
 @contextmanager
@@ -118,3 +155,7 @@ def main() -> None:
         # The reader went away (`caffetool --list | head`): stop quietly, as shell tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(128 + signal.SIGPIPE)
+    finally:
+        # Everything left goes with the process: the collections of Python's exit would otherwise
+        # walk it all again (a second, after a tracked training has loaded MLflow's 2,000 modules).
+        gc.freeze()

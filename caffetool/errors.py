@@ -89,3 +89,7 @@ class DockerError(CaffetoolError):
 
 class ExportError(CaffetoolError, ValueError):
     """A net cannot be expressed in ONNX, or its ONNX model does not compute what Caffe computes."""
+
+
+class TrackingError(CaffetoolError):
+    """An MLflow tracking store cannot be opened or written (:mod:`caffetool.track`)."""

@@ -131,7 +131,7 @@ def test_settings_files_and_variables_that_would_mislead_are_refused_by_name(tmp
         (tmp_path / "invoke.yaml").write_text(section + "\n")
         name = section.split(":")[0]
         refused(with_env("model.list"), f"invoke.yaml: {name}: caffetool has no {name} settings (its settings are "
-                                        f"engine, data, model, runs; a {name} task takes flags); remove the section")
+                                        f"engine, data, model, runs, tracking; a {name} task takes flags); remove the section")
     (tmp_path / "invoke.yaml").unlink()
     (home / ".invoke.yaml").write_text("docker: {image: 3}\n")  # another project's section: not caffetool's
     assert with_env("model.list").returncode == 0

@@ -113,8 +113,10 @@ def interruptible(name: str, say: Callable[[str], None], local: LocalRay | None 
 
     # Tune's SIGINT handler is replaced by this one; its metric check would refuse the empty results
     # a trial gives while Caffe is between rows; its console output is replaced by the sweep's lines.
+    # Tune's own per-trial records (CSV, JSON, TensorBoard files under tune/) are off: each trial's run
+    # records itself, and a second set of event files would show each trial twice in TensorBoard.
     environment = {"TUNE_DISABLE_SIGINT_HANDLER": "1", "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
-                   "RAY_AIR_NEW_OUTPUT": "0"}
+                   "RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"}
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     tune_log = logging.getLogger("ray.tune")
@@ -195,6 +197,9 @@ def connected(address: str | None, say: Callable[[str], None]) -> Iterator[Local
         try:
             ray.init(address=address, **options)
         except (ConnectionError, RuntimeError, ValueError) as e:
+            if address == "auto":
+                raise RunError("--address auto: no Ray runs on this machine; start one with `caffetool ray.start` "
+                               "(or leave out --address: the sweep then starts a Ray of its own)") from None
             raise RunError(f"cannot connect to the Ray cluster at --address {address}: {e}; start one with "
                            "`ray start --head` (and `ray start --address HEAD:6379` on the other machines)") from None
     else:
@@ -203,8 +208,9 @@ def connected(address: str | None, say: Callable[[str], None]) -> Iterator[Local
         local = LocalRay(before)
     try:
         resources = ray.cluster_resources()
+        where = f"the Ray at {ray.get_runtime_context().gcs_address} (left running)" if address else "a Ray of its own"
         say(f"Ray: {int(resources.get('CPU', 0))} CPUs, {int(resources.get('GPU', 0))} GPUs on "
-            f"{len([n for n in ray.nodes() if n.get('Alive')])} node(s)")
+            f"{len([n for n in ray.nodes() if n.get('Alive')])} node(s), {where}")
         yield local
     finally:
         ray.shutdown()

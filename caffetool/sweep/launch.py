@@ -35,10 +35,10 @@ from caffetool.errors import ConfigError, RunError
 from caffetool.nets import prototxt
 from caffetool.nets import solver as solvers
 from caffetool.runs import rundir
-from caffetool.sweep import cluster, sweeprecord
+from caffetool import track
+from caffetool.sweep import cluster, search, sweeprecord, tracked
 from caffetool.sweep import space as spaces
 
-TUNE_DIR = "tune"
 SCHEDULERS = ("fifo", "asha")
 MODES = ("max", "min")
 REDUCTION_FACTOR = 4  # ASHA's default (Li et al., "A System for Massively Parallel Hyperparameter Tuning")
@@ -77,8 +77,10 @@ def check(plan: sweeprecord.Plan, engine: EngineInfo) -> spaces.Space:
     if plan.solver is not None:
         _check_project(plan, engine)
     space = spaces.build(plan.params, plan.fixed)
-    if plan.samples > 1 and not space.sampled:
-        raise ConfigError("--samples draws from ranges (log:, uniform:, int:); this sweep has only grids")
+    plan.search, plan.seed = search.settle(plan.search, plan.seed, plan.samples, space)
+    if plan.samples > 1 and plan.search == "random" and not space.sampled:
+        raise ConfigError("--samples draws from ranges (log:, uniform:, int:); this sweep has only grids "
+                          "(--search grid --samples N repeats the grid N times)")
     plan.max_iter = max(_max_iter(plan, engine, trial) for trial in spaces.corners(space))
     if plan.max_iter < 1:
         raise ConfigError(f"{plan.solver}: max_iter {plan.max_iter} trains nothing; set max_iter (or --max-iter) "
@@ -153,8 +155,8 @@ def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = pri
     plan = sweeprecord.read_plan(sweep_dir)
     if address is not None:
         plan.address = address
-    if not (sweep_dir / TUNE_DIR).is_dir():
-        raise RunError(f"{sweep_dir} has no Ray Tune state ({TUNE_DIR}/) to resume from")
+    if not (sweep_dir / sweeprecord.TUNE_DIR).is_dir():
+        raise RunError(f"{sweep_dir} has no Ray Tune state ({sweeprecord.TUNE_DIR}/) to resume from")
 
     def begin() -> Path:
         sweeprecord.update(sweep_dir, plan, status="running")
@@ -164,8 +166,8 @@ def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = pri
     def restored(sweep_dir: Path, trainable: Any) -> Any:
         from ray import tune  # noqa: PLC0415
 
-        return tune.Tuner.restore(str(sweep_dir / TUNE_DIR), trainable=trainable, resume_unfinished=True,
-                                  resume_errored=False, restart_errored=False)
+        return tune.Tuner.restore(str(sweep_dir / sweeprecord.TUNE_DIR), trainable=trainable,
+                                  resume_unfinished=True, resume_errored=False, restart_errored=False)
 
     return _run(plan, begin, say, restored)
 
@@ -173,15 +175,18 @@ def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = pri
 def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str], None],
          make_tuner: Callable[[Path, Any], Any]) -> Outcome:
     """Connect to Ray, check that a trial fits one of its nodes, then ``begin`` the sweep (its folder
-    and record) and run Tune to its end."""
-    from caffetool.sweep import leaderboard  # noqa: PLC0415
+    and record, its MLflow run) and run Tune to its end."""
+    from caffetool.sweep import hparams, leaderboard  # noqa: PLC0415
 
     t0 = time.monotonic()
     with cluster.connected(plan.address, say) as local:
         cluster.check_fits(plan.cpus_per_trial, plan.gpus_per_trial)
         sweep_dir = begin()
+        tracking = tracked.SweepRun(track.resolve(plan.tracking_uri, plan.experiment, sweep_dir.parent), plan,
+                                    sweep_dir, say)
 
         def stopped_at_once() -> None:  # what was running resumes from its last snapshot
+            tracking.abandon()
             sweeprecord.update(sweep_dir, plan, status="interrupted", seconds=round(time.monotonic() - t0, 3))
 
         try:
@@ -191,7 +196,7 @@ def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str],
                 ready = time.monotonic()
                 name = flags_name(plan.name)
                 interrupted.flags = SweepFlags.options(name=name, namespace=NAMESPACE).remote()  # type: ignore[attr-defined]
-                tuner = make_tuner(sweep_dir, _trainable(plan, sweep_dir, name))
+                tuner = make_tuner(sweep_dir, _trainable(plan, sweep_dir, name, tracking))
                 results = tuner.fit()
                 tune_trials = _tune_trials(results)
                 tuned = time.monotonic()
@@ -204,10 +209,11 @@ def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str],
                "ray_stop": round(time.monotonic() - tuned, 3), "total": seconds}
     sweeprecord.update(sweep_dir, plan, status=status, seconds=seconds, timings_s=timings, trials=tune_trials)
     trials = leaderboard.write(sweep_dir)
+    tracking.finish(status, trials, hparams.metric_tag(plan.metric))
     return Outcome(sweep_dir, status, seconds, trials)
 
 
-def _trainable(plan: sweeprecord.Plan, sweep_dir: Path, flags: str) -> Any:
+def _trainable(plan: sweeprecord.Plan, sweep_dir: Path, flags: str, tracking: tracked.SweepRun) -> Any:
     from ray import tune  # noqa: PLC0415
 
     from caffetool.sweep.trial import CaffeTrial, TrialSpec, spec_dict  # noqa: PLC0415
@@ -215,7 +221,8 @@ def _trainable(plan: sweeprecord.Plan, sweep_dir: Path, flags: str) -> Any:
     spec = TrialSpec(sweep=plan.name, sweep_dir=str(sweep_dir), metric=plan.metric, fixed=plan.fixed,
                      model=plan.model, dataset=plan.dataset, data_dir=plan.data_dir, models_dir=plan.models_dir,
                      solver=plan.solver, cwd=plan.cwd, engine_prefix=plan.engine_prefix, cpus=plan.cpus_per_trial,
-                     gpus=plan.gpus_per_trial, flags=flags, judged=plan.scheduler != "fifo")
+                     gpus=plan.gpus_per_trial, flags=flags, judged=plan.scheduler != "fifo",
+                     tracking=tracking.trials())
     resources = {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}
     return tune.with_resources(tune.with_parameters(CaffeTrial, spec=spec_dict(spec)), resources)
 
@@ -224,7 +231,7 @@ def _tuner(plan: sweeprecord.Plan, space: spaces.Space, sweep_dir: Path, trainab
     from ray import tune  # noqa: PLC0415
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: PLC0415
 
-    from caffetool.sweep.trial import ITERATIONS, run_name  # noqa: PLC0415
+    from caffetool.sweep.trial import ITERATIONS, TrialNames  # noqa: PLC0415
 
     if plan.scheduler == "asha":
         grace = plan.grace or max(1, plan.max_iter // TESTS_PER_TRIAL)
@@ -232,13 +239,16 @@ def _tuner(plan: sweeprecord.Plan, space: spaces.Space, sweep_dir: Path, trainab
                                        reduction_factor=REDUCTION_FACTOR, stop_last_trials=False)
     else:
         scheduler = FIFOScheduler()
+    names = TrialNames(sweep_dir)
     config = tune.TuneConfig(metric=plan.metric, mode=plan.mode, scheduler=scheduler, num_samples=plan.samples,
+                             search_alg=search.algorithm(plan.search, plan.seed, plan.samples, plan.metric, plan.mode),
                              max_concurrent_trials=plan.max_concurrent, reuse_actors=True,
-                             trial_name_creator=lambda t: run_name(t.trial_id),
-                             trial_dirname_creator=lambda t: run_name(t.trial_id))
-    run = tune.RunConfig(name=TUNE_DIR, storage_path=str(sweep_dir), verbose=0, callbacks=[_progress(plan, say)],
+                             trial_name_creator=names, trial_dirname_creator=names)
+    run = tune.RunConfig(name=sweeprecord.TUNE_DIR, storage_path=str(sweep_dir), verbose=0,
+                         callbacks=[_progress(plan, say)],
                          failure_config=tune.FailureConfig(max_failures=0, fail_fast=False))
-    return tune.Tuner(trainable, param_space=space.tune(), tune_config=config, run_config=run)
+    return tune.Tuner(trainable, param_space=search.param_space(plan.search, space), tune_config=config,
+                      run_config=run)
 
 
 def _progress(plan: sweeprecord.Plan, say: Callable[[str], None]) -> Any:
@@ -269,12 +279,10 @@ def _progress(plan: sweeprecord.Plan, say: Callable[[str], None]) -> Any:
 
 def _tune_trials(results: Any) -> list[dict[str, Any]]:
     """Each trial as Tune saw it: its run, parameters, state and error."""
-    from caffetool.sweep.trial import run_name  # noqa: PLC0415
-
     out = []
     for result in results:
         trial_id = (result.metrics or {}).get("trial_id")
-        name = run_name(str(trial_id)) if trial_id else Path(result.path).name  # the trial's folder is its run's name
+        name = Path(result.path).name  # the trial's folder (TrialNames) is its run's name
         error = result.error
         out.append({"trial": name, "trial_id": trial_id, "params": result.config,
                     "error": _error_line(error) if error else None})
@@ -291,10 +299,10 @@ def _error_line(error: BaseException) -> str:
 
 
 def _describe(plan: sweeprecord.Plan, space: spaces.Space) -> str:
-    count = space.grid_size() * plan.samples
+    count = search.trials(plan.search, plan.samples, space)
     per = f"{plan.gpus_per_trial:g} GPU" if plan.gpus_per_trial else f"{plan.cpus_per_trial:g} CPU"
     sched = f"ASHA (grace {plan.grace or max(1, plan.max_iter // TESTS_PER_TRIAL)})" if plan.scheduler == "asha" \
         else "FIFO"
     what = plan.solver or f"{plan.model} on {plan.dataset}"
     return (f"{count} trial(s) of {what}, {plan.max_iter} iterations at most, {per} each, {plan.mode} "
-            f"{plan.metric}, {sched}")
+            f"{plan.metric}, {search.describe(plan.search, plan.seed, plan.samples)}, {sched}")

@@ -19,12 +19,15 @@ from typing import Any
 from caffetool.errors import CaffetoolError, RunError
 from caffetool.runs import ownership, rundir
 from caffetool.runs.logparse import parse_file
+from caffetool.sweep import hparams
+from caffetool.sweep import search
 from caffetool.sweep import space as spaces
 from caffetool.sweep import sweeprecord
 from caffetool.train import runner
 
 PLOTS = "plots"
 CURVES = "metric_vs_iterations.png"
+MARKERS = "o^sDv*"  # one per search that made trials (a sweep has at most two: random start, TPE)
 
 
 def collect(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -35,10 +38,19 @@ def collect(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     tuned = {t["trial"]: t for t in written.get("trials", [])}
     runs = {p.name: p for p in sorted(sweep_dir.iterdir()) if (p / rundir.MANIFEST).is_file()}
     rows = [_row(name, runs.get(name), tuned.get(name, {}), metric) for name in sorted(set(tuned) | set(runs))]
+    for r in rows:
+        r["search"] = _made_by(plan, r["trial"])
     sign = -1.0 if plan.get("mode", "max") == "max" else 1.0
     rows.sort(key=lambda r: (r["metric"] is None, sign * (r["metric"] if r["metric"] is not None else 0.0),
                              r["trial"]))
     return plan, rows
+
+
+def _made_by(plan: dict[str, Any], trial: str) -> str:
+    """Which search made ``trial`` (a sweep from before ``--search`` drew at random or crossed a grid)."""
+    chosen = plan.get("search") or ("random" if any(":" in p.split("=", 1)[-1] for p in plan["params"]) else "grid")
+    number = trial.rsplit("-", 1)[-1]
+    return search.made_by(chosen, int(plan.get("samples") or 1), int(number) if number.isdigit() else 0)
 
 
 def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.Metric) -> dict[str, Any]:
@@ -90,6 +102,7 @@ def write(sweep_dir: Path) -> list[dict[str, Any]]:
     sweeprecord.write_results(sweep_dir, rows, names, plan["metric"])
     if any(r["curve"] for r in rows):
         _plots(sweep_dir / PLOTS, rows, names, plan["metric"], plan["name"])
+    hparams.write(sweep_dir, plan, rows)
     return rows
 
 
@@ -100,11 +113,11 @@ def _param_names(rows: list[dict[str, Any]]) -> list[str]:
 def text(rows: list[dict[str, Any]], metric: str) -> str:
     """The table, best first, and a line naming the best trial."""
     names = _param_names(rows)
-    header = ["trial", *names, metric, "at iter", "iters", "wall s", "status", "host"]
+    header = ["trial", *names, metric, "at iter", "iters", "wall s", "status", "search", "host"]
     body = [[r["trial"], *(_show(r["params"].get(n)) for n in names),
              "-" if r["metric"] is None else f"{r['metric']:.4f}", _show(r["metric_iteration"]),
              _show(r["iterations"]), "-" if r["wall_s"] is None else f"{r['wall_s']:.1f}", r["status"] or "-",
-             r["host"] or "-"] for r in rows]
+             r.get("search") or "-", r["host"] or "-"] for r in rows]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     best = next((r for r in rows if r["metric"] is not None), None)
@@ -135,7 +148,7 @@ def _plots(folder: Path, rows: list[dict[str, Any]], names: list[str], metric: s
     for r in rows:
         if r["curve"]:
             xs, ys = zip(*r["curve"])
-            ax.plot(xs, ys, "o-", lw=1, ms=3, label=f"{r['trial']} ({r['status']})")
+            ax.plot(xs, ys, "o-", lw=1, ms=3, label=f"{r['trial']} ({r['status']}, {r['search']})")
     ax.set_xlabel("iterations")
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
@@ -144,20 +157,25 @@ def _plots(folder: Path, rows: list[dict[str, Any]], names: list[str], metric: s
     paths = [save_figure(fig, folder / CURVES, RunError)]
     measured = [r for r in rows if r["metric"] is not None]
     for name in names:
-        points = [(r["params"].get(name), r["metric"]) for r in measured if r["params"].get(name) is not None]
+        points = [(r["params"].get(name), r["metric"], r["search"]) for r in measured
+                  if r["params"].get(name) is not None]
         if not points:
             continue
         fig, ax = plt.subplots(figsize=(6, 4), dpi=100, layout="tight")
         xs = [p[0] for p in points]
-        if all(isinstance(x, (int, float)) for x in xs):
-            ax.plot(xs, [p[1] for p in points], "o")
+        numeric = all(isinstance(x, (int, float)) for x in xs)
+        labels = sorted({str(x) for x in xs})
+        for made_by, marker in zip(dict.fromkeys(p[2] for p in points), MARKERS):  # one series per search
+            mine = [p for p in points if p[2] == made_by]
+            at = [p[0] if numeric else labels.index(str(p[0])) for p in mine]
+            ax.plot(at, [p[1] for p in mine], marker, ls="none", label=made_by)
+        if numeric:
             positive = [x for x in xs if x > 0]
             if len(positive) == len(xs) and max(xs) / min(xs) >= 100:
                 ax.set_xscale("log")
         else:
-            labels = sorted({str(x) for x in xs})
-            ax.plot([labels.index(str(x)) for x in xs], [p[1] for p in points], "o")
             ax.set_xticks(range(len(labels)), labels)
+        ax.legend(fontsize=7, title="made by", title_fontsize=7)
         ax.set_xlabel(name)
         ax.set_ylabel(f"{metric} (last)")
         ax.grid(alpha=0.3)

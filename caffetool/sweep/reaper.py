@@ -43,7 +43,7 @@ def finish(reaper: subprocess.Popen) -> None:
         pass
 
 
-def _follow(known: dict[int, Any]) -> None:
+def follow(known: dict[int, Any]) -> None:
     """Add the children of every known process still running to ``known``."""
     import psutil  # noqa: PLC0415
 
@@ -55,7 +55,8 @@ def _follow(known: dict[int, Any]) -> None:
             continue
 
 
-def _end(known: dict[int, Any]) -> None:
+def end(known: dict[int, Any]) -> None:
+    """SIGTERM every process of ``known`` (pid: ``psutil.Process``) still running, SIGKILL after :data:`GRACE`."""
     import psutil  # noqa: PLC0415
 
     running = [p for p in known.values() if p.is_running()]  # is_running compares the start time too
@@ -83,11 +84,11 @@ def main(roots: list[int]) -> None:
             continue
     fd = sys.stdin.fileno()
     while True:
-        _follow(known)
+        follow(known)
         ready, _, _ = select.select([fd], [], [], INTERVAL)
         if ready and not os.read(fd, 4096):
             break
-    _end(known)
+    end(known)
 
 
 if __name__ == "__main__":

@@ -56,13 +56,14 @@ class Param:
     low: float = 0.0
     high: float = 0.0
 
-    def domain(self) -> Any:
-        """The Ray Tune search-space object for this parameter."""
+    def domain(self, crossed: bool = True) -> Any:
+        """The Ray Tune search-space object for this parameter; a grid is crossed (every value with
+        every other trial) or, for a model-based search, one more choice for the model to make."""
         from ray import tune  # noqa: PLC0415 - Ray costs seconds to import; parsing must not
 
         whole = _limit(self.name).kind is int if isinstance(SWEEPABLE[self.name], Limit) else False
         if self.kind == "grid":
-            return tune.grid_search(list(self.values))
+            return tune.grid_search(list(self.values)) if crossed else tune.choice(list(self.values))
         if self.kind == "int" or (whole and self.kind == "uniform"):
             return tune.randint(int(self.low), int(self.high) + 1)  # Tune's upper end is exclusive
         if self.kind == "log":
@@ -92,9 +93,9 @@ class Space:
     def sampled(self) -> bool:
         return any(p.kind != "grid" for p in self.params)
 
-    def tune(self) -> dict[str, Any]:
-        """The search space as Ray Tune's ``param_space``."""
-        return {p.name: p.domain() for p in self.params}
+    def tune(self, crossed: bool = True) -> dict[str, Any]:
+        """The search space as Ray Tune's ``param_space`` (grids crossed, or choices: :meth:`Param.domain`)."""
+        return {p.name: p.domain(crossed) for p in self.params}
 
     def grid_size(self) -> int:
         return math.prod(len(p.values) for p in self.params if p.kind == "grid")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from caffetool.runs import rundir
 
 PLAN = "sweep.json"
 RESULTS = "results.csv"
-FIXED_COLUMNS = ("metric", "metric_iteration", "iterations", "wall_s", "status", "host", "node")
+TUNE_DIR = "tune"  # Ray Tune's own state (for sweep.resume)
+_WRITING = threading.Lock()
+FIXED_COLUMNS = ("metric", "metric_iteration", "iterations", "wall_s", "status", "search", "host", "node")
 
 
 @dataclass
@@ -34,6 +37,8 @@ class Plan:
     mode: str = "max"
     scheduler: str = "fifo"
     grace: int | None = None
+    search: str = ""  # grid, random or optuna (caffetool.sweep.search); "" until checked
+    seed: int | None = None
     samples: int = 1
     max_concurrent: int | None = None
     cpus_per_trial: float = 1.0
@@ -47,15 +52,19 @@ class Plan:
     cwd: str = field(default_factory=lambda: str(Path.cwd()))
     fixed: dict[str, Any] = field(default_factory=dict)
     engine_prefix: str | None = None
+    tracking_uri: str | None = None  # None: the runs folder's MLflow database; "off": none (caffetool.track)
+    experiment: str | None = None
     max_iter: int = 0  # settled from the flags: ASHA's max_t
 
 
 
 def update(sweep_dir: Path, plan: Plan | None = None, **fields: Any) -> dict[str, Any]:
-    """Merge ``plan`` and ``fields`` into ``sweep.json`` (made when missing); the record written."""
-    previous = _read(sweep_dir) if (sweep_dir / PLAN).is_file() else {}
-    data = {**previous, **({"plan": asdict(plan)} if plan is not None else {}), **fields}
-    fsio.write_atomic(sweep_dir / PLAN, json.dumps(data, indent=2, default=str) + "\n", RunError)
+    """Merge ``plan`` and ``fields`` into ``sweep.json`` (made when missing); the record written. One
+    thread at a time (the sweep's MLflow thread writes too), so no merge loses another's fields."""
+    with _WRITING:
+        previous = _read(sweep_dir) if (sweep_dir / PLAN).is_file() else {}
+        data = {**previous, **({"plan": asdict(plan)} if plan is not None else {}), **fields}
+        fsio.write_atomic(sweep_dir / PLAN, json.dumps(data, indent=2, default=str) + "\n", RunError)
     return data
 
 

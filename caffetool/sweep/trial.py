@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -51,6 +51,8 @@ from caffetool.errors import CaffetoolError, RunError
 from caffetool.runs import rundir
 from caffetool.runs.logparse import Metrics
 from caffetool.sweep import space as spaces
+from caffetool.sweep import sweeprecord
+from caffetool.track import TrackingTarget
 from caffetool.train import session
 from caffetool.train.runner import Stop, StopRequest
 
@@ -79,6 +81,7 @@ class TrialSpec:
     gpus: float = 0
     flags: str = ""  # the name of this session's SweepFlags actor
     judged: bool = False  # the scheduler may stop a trial at any row (ASHA): Caffe waits for each verdict
+    tracking: dict[str, Any] | None = None  # a TrackingTarget's fields (caffetool.sweep.tracked); None: untracked
 
 
 @ray.remote(num_cpus=0)
@@ -108,9 +111,35 @@ def flags_name(sweep: str) -> str:
     return f"caffetool-sweep-{sweep}-{uuid.uuid4().hex[:12]}"
 
 
-def run_name(trial_id: str) -> str:
-    """The run directory of a trial: ``trial-00003`` for Tune's trial ``ab12c_00003``."""
-    return f"trial-{trial_id.rsplit('_', 1)[-1]}"
+NAMED: dict[str, dict[str, str]] = {}  # sweep folder: {Tune's trial id: the trial's name}
+
+
+class TrialNames:
+    """Each trial's name, its run's folder: ``trial-00000``, ``trial-00001``, ... in the order Tune
+    creates the trials, which is the order a search algorithm proposed them (Tune's own ids are
+    random with one). Numbering goes on after the trials a sweep already has, so a resumed sweep
+    adds to them; Tune keeps the names of the trials it restores. Tune copies its configuration,
+    and with it this object, so the names live in :data:`NAMED`, which every copy shares."""
+
+    PREFIX = "trial-"
+
+    def __init__(self, sweep_dir: Path) -> None:
+        self.sweep_dir = sweep_dir
+
+    def __call__(self, trial: Any) -> str:
+        names = NAMED.setdefault(str(self.sweep_dir), {})
+        if trial.trial_id not in names:
+            number = max(self._taken(), default=-1) + 1 if not names else \
+                max(int(n[len(self.PREFIX):]) for n in names.values()) + 1
+            names[trial.trial_id] = f"{self.PREFIX}{number:05d}"
+        return names[trial.trial_id]
+
+    def _taken(self) -> Iterator[int]:
+        for folder in (self.sweep_dir, self.sweep_dir / sweeprecord.TUNE_DIR):
+            for path in folder.glob(f"{self.PREFIX}*") if folder.is_dir() else ():
+                number = path.name[len(self.PREFIX):]
+                if number.isdigit():
+                    yield int(number)
 
 
 class CaffeTrial(tune.Trainable):
@@ -164,7 +193,7 @@ class CaffeTrial(tune.Trainable):
         self.verdict.set()
         self.held_until = 0  # the result whose verdict the hold awaits
         self.last: dict[str, Any] = {}
-        self.run_dir = Path(self.spec.sweep_dir) / run_name(self.trial_id)
+        self.run_dir = Path(self.spec.sweep_dir) / self.trial_name  # TrialNames made it
         self.thread = threading.Thread(target=self._train, name=f"caffe {self.run_dir.name}", daemon=True)
         self.thread.start()
         threading.Thread(target=_on_interrupt, args=(self.spec.flags, self.stop_request), daemon=True).start()
@@ -196,7 +225,7 @@ class CaffeTrial(tune.Trainable):
             if (self.run_dir / rundir.MANIFEST).is_file():
                 try:
                     return session.resume(engine, self.run_dir, progress=False, say=_quiet, on_metrics=self._rows,
-                                          stop=self.stop_request, record=self._record(node))
+                                          stop=self.stop_request, record=self._record(node), tracking=self._tracking())
                 except session.NothingToResume:
                     rundir.release(self.run_dir)  # stopped before its first snapshot: the trial starts again
             if self.spec.solver is None:
@@ -219,7 +248,14 @@ class CaffeTrial(tune.Trainable):
             batch=batch, test_batch=test_batch, data_dir=self.spec.data_dir, runs_dir=self.spec.sweep_dir,
             models_dir=self.spec.models_dir, solver=self.spec.solver, type_given="type" in self.params
             or bool(self.spec.fixed.get("type")), on_metrics=self._rows, stop=self.stop_request,
-            record=self._record(node))
+            record=self._record(node), tracking=self._tracking())
+
+    def _tracking(self) -> TrackingTarget | None:
+        """Where the trial's run is tracked: the sweep's store, tagged with the sweep and the trial."""
+        if self.spec.tracking is None:
+            return None
+        target = TrackingTarget(**self.spec.tracking)
+        return replace(target, tags={**target.tags, "caffetool.trial": self.run_dir.name})
 
     def _record(self, node: dict[str, Any]) -> dict[str, Any]:
         """The manifest's ``sweep``: which sweep and trial, its parameters, and where it (last) ran."""

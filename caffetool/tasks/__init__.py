@@ -14,7 +14,8 @@ from caffetool.data.preference import first_available
 from caffetool.engine import install as engine_install
 from caffetool.engine import locate, smoke
 from caffetool.nets.solver import SolverOptions
-from caffetool.tasks import data, demo, docker, engine, evaluate, export, memory, model, settings, sweep, train
+from caffetool.tasks import (data, demo, docker, engine, evaluate, export, memory, model, rayhead, settings, sweep,
+                             track, train)
 from caffetool.tasks._common import pick, reported, task
 from caffetool.tasks.settings import TASK_DEFAULTS, TEST_PACKAGES
 from caffetool.train import session
@@ -73,7 +74,9 @@ ns.add_collection(engine.ns)
 ns.add_collection(data.ns)
 ns.add_collection(model.ns)
 ns.add_collection(train.ns)
+ns.add_collection(track.ns)
 ns.add_collection(sweep.ns)
+ns.add_collection(rayhead.ns)
 ns.add_collection(demo.ns)
 ns.add_collection(evaluate.ns)
 ns.add_collection(export.ns)

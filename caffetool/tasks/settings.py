@@ -37,6 +37,8 @@ TASK_DEFAULTS: dict[str, dict[str, object]] = {
     "data": {"dir": "data", "dataset": "fashion-mnist"},
     "model": {"dir": None},  # None: the declarations shipped as caffetool.models
     "runs": {"dir": "runs"},
+    # None: the runs folder's sqlite:///<runs dir>/mlflow.db, experiment "caffetool" (caffetool.track.target)
+    "tracking": {"uri": None, "experiment": None},
 }
 
 JOBS = Limit("a number of compile jobs", 1, 4096, kind=int)
@@ -48,10 +50,11 @@ SETTINGS: dict[str, dict[str, str | tuple[str, ...] | Limit]] = {
     "data": {"dir": "a folder", "dataset": tuple(DATASETS)},
     "model": {"dir": "a folder"},
     "runs": {"dir": "a folder"},
+    "tracking": {"uri": "an MLflow tracking URI, or off", "experiment": "an MLflow experiment name"},
 }
 # caffetool's task groups that hold no settings: a section of that name is a mistake, not Invoke's
 # or another project's (those are left alone).
-NO_SETTINGS = ("train", "sweep", "demo", "evaluate", "memory", "docker")
+NO_SETTINGS = ("train", "sweep", "demo", "evaluate", "memory", "docker", "track")
 SUFFIXES = (".yaml", ".yml", ".json")  # Invoke's order; the first found is read
 MAX_YAML_NODES = 100_000  # values a settings file may hold with its aliases expanded
 

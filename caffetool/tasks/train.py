@@ -8,6 +8,7 @@ from typing import Any
 
 from invoke import Collection, Exit
 
+from caffetool import track
 from caffetool.choices import bounded, count, input_file
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
@@ -22,6 +23,9 @@ from caffetool.train import caffe_commands, devices, final_test, session
 
 THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_THREADS if set, else every core "
                 "this process may use)")
+TRACKING_HELP = {"tracking_uri": "MLflow store the run is logged to: sqlite:///PATH/mlflow.db, http://HOST:5000, ... "
+                                 "or off (default: sqlite:///<runs dir>/mlflow.db)",
+                 "experiment": "MLflow experiment (default caffetool)"}
 
 
 @task(default=True, iterable=["stepvalue"], help={
@@ -32,26 +36,28 @@ THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_
     "solver": "your own solver.prototxt, paths in it relative to here (as `caffe train -solver`)",
     "labels": "labels.txt for the run (one class name a line)",
     "deploy": "deploy net for --solver (default: derived from a classifier's train net)",
-    "threads": THREADS_HELP,
+    "threads": THREADS_HELP, **TRACKING_HELP,
     **solver_help(without=("mode",)),
 })
 @takes_solver_flags(without=("mode",))
 def run(c: Any, model: str | None = None, dataset: str | None = None, gpu: str = "auto", name: str | None = None,
         weights: str | None = None, batch_size: str | None = None, test_batch_size: str | None = None,
         data_dir: str | None = None, runs_dir: str | None = None, solver: str | None = None,
-        labels: str | None = None, deploy: str | None = None, threads: str | None = None, *,
-        solver_flags: dict[str, Any]) -> None:
+        labels: str | None = None, deploy: str | None = None, threads: str | None = None,
+        tracking_uri: str | None = None, experiment: str | None = None, *, solver_flags: dict[str, Any]) -> None:
     """Train with the real `caffe train`: live progress, full run record, curves."""
     _check_solver_flags(solver, {"--model": model, "--dataset": dataset}, {"--labels": labels, "--deploy": deploy})
     options = SolverOptions.from_flags(**solver_flags)
     cpu_threads.apply(bounded(threads, "--threads", settings.THREADS))
+    runs = chosen_folder(runs_dir, c.runs.dir, "--runs-dir", "runs.dir")
     request = session.TrainRequest(
         model=model or "lenet", dataset=pick(dataset, c.data.dataset), options=options, gpu=gpu, name=name,
         weights=weights, batch=count(batch_size, "--batch-size"),
         test_batch=count(test_batch_size, "--test-batch-size"),
         data_dir=chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir"),
-        runs_dir=chosen_folder(runs_dir, c.runs.dir, "--runs-dir", "runs.dir"), models_dir=c.model.dir,
-        solver=solver, labels=labels, deploy=deploy, type_given=solver_flags["type"] is not None)
+        runs_dir=runs, models_dir=c.model.dir, solver=solver, labels=labels, deploy=deploy,
+        type_given=solver_flags["type"] is not None,
+        tracking=track.resolve(pick(tracking_uri, c.tracking.uri), pick(experiment, c.tracking.experiment), runs))
     result = session.train(locate(c.engine.prefix, probe=False, gpus=True), request)
     finish(result)
 
@@ -87,14 +93,17 @@ def finish(result: session.TrainResult) -> None:
 
 
 @task(help={"run": "run name or directory", "max_iter": "train up to this iteration instead",
-            "runs_dir": "where runs are", "threads": THREADS_HELP})
+            "runs_dir": "where runs are", "threads": THREADS_HELP,
+            "tracking_uri": "MLflow store for a run not tracked yet, or off (a tracked run goes on where it is)",
+            "experiment": TRACKING_HELP["experiment"]})
 def resume(c: Any, run: str, max_iter: str | None = None, runs_dir: str | None = None,
-           threads: str | None = None) -> None:
+           threads: str | None = None, tracking_uri: str | None = None, experiment: str | None = None) -> None:
     """Continue a run from its newest complete snapshot."""
     iterations = count(max_iter, "--max-iter")
     cpu_threads.apply(bounded(threads, "--threads", settings.THREADS))
     run_dir = runrecord.find(Path(pick(runs_dir, c.runs.dir)), run)
-    result = session.resume(locate(c.engine.prefix, probe=False, gpus=True), run_dir, iterations)
+    target = track.resolve(pick(tracking_uri, c.tracking.uri), pick(experiment, c.tracking.experiment), run_dir.parent)
+    result = session.resume(locate(c.engine.prefix, probe=False, gpus=True), run_dir, iterations, tracking=target)
     finish(result)
 
 

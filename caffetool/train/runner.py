@@ -23,7 +23,7 @@ has been asked; the ways a run ends besides finishing:
 
 Progress is shown by :mod:`caffetool.train.progress`; every new row also goes to the run's
 TensorBoard events (:mod:`caffetool.train.tensorboard`) as it appears, and so do the resource
-samples taken while Caffe runs.
+samples taken while Caffe runs; with tracking on, the rows go to MLflow too (:mod:`caffetool.track.live`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from caffetool import glog
 from caffetool.engine import EngineInfo
@@ -52,6 +52,9 @@ from caffetool.runs.logparse import LogParser, Metrics
 from caffetool.train.progress import Progress, display
 from caffetool.train.sampler import Sampler
 from caffetool.train.tensorboard import RunEvents
+
+if TYPE_CHECKING:
+    from caffetool.track.live import LiveRun
 
 LOG = "caffe.log"
 _NO_LOCK = contextlib.nullcontext()
@@ -233,9 +236,11 @@ def python_layer_failure(error: str, code: int) -> str:
 def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
         on_update: Callable[[Metrics], None] | None = None, update_every: float = 60.0,
         parser: LogParser | None = None, events: RunEvents | None = None,
-        on_metrics: OnMetrics | None = None, stop: StopRequest | None = None) -> RunOutcome:
+        on_metrics: OnMetrics | None = None, stop: StopRequest | None = None,
+        tracker: LiveRun | None = None) -> RunOutcome:
     """Run ``argv`` in ``run_dir``, appending to caffe.log; ``on_update(metrics)`` refreshes live outputs,
-    and ``events`` gets each new row and resource sample as it comes.
+    ``events`` gets each new row and resource sample as it comes, and ``tracker`` each new row (it
+    never fails the run).
 
     ``on_metrics(metrics)`` sees the metrics after every line of Caffe's output, unthrottled (a
     sweep reports each new row to its scheduler from there). When it returns an event, Caffe is
@@ -244,7 +249,7 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     snapshots and stops Caffe as :class:`StopRequest` says.
 
     Caffe is never left running when this returns or raises. The final outputs are the caller's
-    to write, after it has recorded the outcome; so is closing ``events``.
+    to write, after it has recorded the outcome; so is closing ``events`` and ending ``tracker``.
     """
     start = time.monotonic()
     try:
@@ -263,7 +268,7 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     refresh = _Every(update_every, on_update)
     try:
         with _Log(run_dir / LOG, supervisor.fail) as log:
-            _watch(supervisor, log, shown, refresh, events, on_metrics, lock, stop)
+            _watch(supervisor, log, shown, refresh, events, on_metrics, lock, stop, tracker)
             code = _wait(supervisor)
     finally:
         if process.poll() is None:
@@ -277,7 +282,8 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
 
 def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _Every,
            events: RunEvents | None, on_metrics: OnMetrics | None = None,
-           lock: threading.Lock | None = None, stop: StopRequest | None = None) -> None:
+           lock: threading.Lock | None = None, stop: StopRequest | None = None,
+           tracker: LiveRun | None = None) -> None:
     """Read Caffe's output to its end, logging, showing and acting on each line."""
     stream = supervisor.process.stdout
     assert stream is not None
@@ -298,6 +304,8 @@ def _watch(supervisor: Supervisor, log: _Log, shown: Progress | None, refresh: _
                     events.update(supervisor.metrics)
                 except CaffetoolError as e:
                     supervisor.fail(str(e))
+            if tracker is not None:
+                tracker.update(supervisor.metrics)
             if on_metrics is not None:
                 until = on_metrics(supervisor.metrics)
                 if until is not None:

@@ -6,7 +6,8 @@ are generated and validated into the run directory); then the runner trains, and
 run and at its end, the manifest first, so the outcome is on record even when the disk is too full
 for the rest. A finished run's test nets are measured at its last iteration before the end is
 recorded (:mod:`caffetool.train.final_test`). While the run trains, its manifest names this process
-as the owner (:mod:`caffetool.runs.ownership`).
+as the owner (:mod:`caffetool.runs.ownership`). A run given a tracking target is also logged to MLflow
+as it trains (:mod:`caffetool.track`); a resumed one goes on in the MLflow run its manifest names.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from caffetool import fsio
+from caffetool import fsio, track
 from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, cpu_threads, cudnn_settings, import_caffe
 from caffetool.engine.locate import caffe_env
@@ -29,6 +30,7 @@ from caffetool.nets import check, declaration, generate, project, prototxt
 from caffetool.nets import solver as solvers
 from caffetool.runs import metrics_io, ownership, rundir, runrecord, snapshots
 from caffetool.runs.logparse import LogParser, Metrics, parse_file
+from caffetool.track.live import LiveRun
 from caffetool.train import devices, final_test, runner, tensorboard
 
 # What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
@@ -58,6 +60,8 @@ class TrainRequest:
     on_metrics: runner.OnMetrics | None = None
     stop: runner.StopRequest | None = None
     record: dict[str, Any] | None = None
+    # Where the run is logged in MLflow (a sweep's trial: as a child of the sweep's run); None: nowhere.
+    tracking: track.TrackingTarget | None = None
 
 
 @dataclass
@@ -108,7 +112,7 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
                               options.type)
     say(f"run {run_dir.name}: {model.name} on {dataset.name}, {solver_msg.max_iter} iterations, {chosen.label}")
     result = _train_and_record(argv, record, solver_msg.max_iter, progress, t0, caffe_pb2, say,
-                               engine=engine, on_metrics=req.on_metrics, stop=req.stop)
+                               engine=engine, on_metrics=req.on_metrics, stop=req.stop, tracking=req.tracking)
     return _started(result, "the generated net")
 
 
@@ -160,7 +164,7 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
                                   "effective_solver": prototxt.to_text(loaded.solver)})
     say(f"run {run_dir.name}: {req.solver}, {s.max_iter} iterations, {chosen.label}")
     result = _train_and_record(argv, record, s.max_iter, progress, t0, caffe_pb2, say, engine=engine,
-                               on_metrics=req.on_metrics, stop=req.stop)
+                               on_metrics=req.on_metrics, stop=req.stop, tracking=req.tracking)
     return _started(result, str(req.solver))
 
 
@@ -211,12 +215,14 @@ def _preflight(engine: EngineInfo, net: Any, shape: tuple[int, int, int] | None,
 
 def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progress: bool = True,
            say: Callable[[str], None] = print, *, on_metrics: runner.OnMetrics | None = None,
-           stop: runner.StopRequest | None = None, record: dict[str, Any] | None = None) -> TrainResult:
+           stop: runner.StopRequest | None = None, record: dict[str, Any] | None = None,
+           tracking: track.TrackingTarget | None = None) -> TrainResult:
     """Continue ``run_dir`` from its newest complete snapshot; output appends to caffe.log.
 
     A run left ``running`` by a process that is gone is taken over; one whose process still
-    trains it is refused. ``on_metrics``, ``stop`` and ``record`` are :class:`TrainRequest`'s
-    (``record`` replaces those entries of the manifest).
+    trains it is refused. ``on_metrics``, ``stop``, ``record`` and ``tracking`` are
+    :class:`TrainRequest`'s (``record`` replaces those entries of the manifest); with tracking on, the
+    run goes on in the store and MLflow run its manifest names (:func:`caffetool.track.continued`).
     """
     t0 = time.monotonic()
     manifest = ownership.claim(run_dir)
@@ -237,8 +243,10 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     resumed = {"at": runrecord.now(), "from": state, "max_iter": msg.max_iter, "caffe_command": argv}
     run.update(resumes=[*manifest.get("resumes", []), resumed], **(record or {}))
     say(f"resuming {run_dir.name} from {start.state.name} up to iteration {msg.max_iter}")
+    target, continue_run = track.continued(tracking, manifest.get("tracking"))
     return _train_and_record(argv, run, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True,
-                             engine=engine, on_metrics=on_metrics, stop=stop)
+                             engine=engine, on_metrics=on_metrics, stop=stop, tracking=target,
+                             continue_run=continue_run)
 
 
 def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
@@ -275,11 +283,13 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
                       t0: float, caffe_pb2: ModuleType, say: Callable[[str], None],
                       resumed: bool = False, *, engine: EngineInfo,
                       on_metrics: runner.OnMetrics | None = None,
-                      stop: runner.StopRequest | None = None) -> TrainResult:
+                      stop: runner.StopRequest | None = None, tracking: track.TrackingTarget | None = None,
+                      continue_run: str | None = None) -> TrainResult:
     """Trains with ``argv``, then measures the test nets at the last iteration where Caffe did not
-    (:mod:`caffetool.train.final_test`) and records it all: manifest, metrics, plots, TensorBoard. The
-    manifest is written when the run starts, when it ends (first, so the outcome is on record even on
-    a full disk) and once the final test figures are in."""
+    (:mod:`caffetool.train.final_test`) and records it all: manifest, metrics, plots, TensorBoard, and
+    with ``tracking`` MLflow (``continue_run``: the MLflow run of an earlier session). The manifest is
+    written when the run starts, when it ends (first, so the outcome is on record even on a full disk)
+    and once the final test figures are in."""
     run_dir, manifest = record.run_dir, record.data
     parser = LogParser()
     if resumed and (run_dir / runner.LOG).exists():
@@ -292,16 +302,19 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     ownership.keep_room(run_dir)
     title = f"{run_dir.name}: {manifest.get('model', 'net')} on {manifest.get('dataset', {}).get('name', 'its data')}"
     events: tensorboard.RunEvents | None = None
+    tracker = LiveRun(tracking, run_dir, parser.metrics, caffe_pb2, say, continue_run) if tracking else None
     try:
         events = tensorboard.RunEvents(run_dir / tensorboard.FOLDER, parser.metrics)
         outcome = runner.run(argv, run_dir, max_iter, progress, parser=parser, events=events,
                              on_update=lambda metrics: _write_outputs(metrics, run_dir, title),
-                             on_metrics=on_metrics, stop=stop)
+                             on_metrics=on_metrics, stop=stop, tracker=tracker)
     except RunError as e:  # Caffe could not even start, or its events could not be written
         if events is not None:
             events.discard()
         ownership.give_back_room(run_dir)
         record.update(status="failed", exit_code=None, message=str(e), ended_at=runrecord.now())
+        if tracker is not None:
+            tracker.finish(None)
         raise
     finally:
         ownership.give_back_room(run_dir)
@@ -333,7 +346,25 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     except RunError as e:
         events.discard()
         say(f"the run's outcome is recorded, but not all of its TensorBoard events: {e}")
-    return TrainResult(run_dir, outcome, manifest, snapshots.newest_weights(run_dir, caffe_pb2))
+    weights = snapshots.newest_weights(run_dir, caffe_pb2)
+    if tracker is not None:
+        _end_tracking(tracker, record, m, weights)
+    return TrainResult(run_dir, outcome, record.data, weights)
+
+
+def _end_tracking(tracker: LiveRun, record: runrecord.Record, m: Metrics, weights: Path | None) -> None:
+    """The end of the run in MLflow; a run Caffe refused before its first iteration (whose folder
+    :func:`_started` removes) is removed there too."""
+    if record.get("status") == "failed" and m.started is None and m.fatal:
+        tracker.discard()
+        return
+    tracker.update(m)
+    tracked = tracker.finish(weights)
+    if tracked is not None and record.get("tracking") != tracked:
+        try:
+            record.update(tracking=tracked)
+        except RunError:
+            pass  # the run is tracked; only its manifest does not say so
 
 
 def _python_abort(run_dir: Path) -> bool:

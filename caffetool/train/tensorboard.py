@@ -2,12 +2,9 @@
 
 Each session of a run (the training, each resume) writes one event file in the run's
 ``tensorboard/`` folder, with tensorboardX's ``EventsWriter`` (TensorBoard's own record format and
-``Event`` messages). The step of every scalar is the iteration:
+``Event`` messages). The step of every scalar is the iteration; the tags of the rows are
+:mod:`caffetool.runs.scalars`' (which the run's MLflow metrics share), and the samples are
 
-* ``train/<output>`` for each train net output, ``train/smoothed_loss`` (the iteration line's
-  loss), ``train/lr``, ``train/iter_per_s``;
-* ``test<k>/<output>`` for each output of test net #k, the figure measured at the last iteration
-  included;
 * ``system/cpu_percent``, ``system/rss_mb``, ``system/gpu<i>_util_percent``,
   ``system/gpu<i>_memory_mb``: the sampler's readings, at the iteration the run had reached.
 
@@ -27,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from caffetool.errors import RunError
 from caffetool.runs.logparse import Metrics
+from caffetool.runs.scalars import NewRows
 
 if TYPE_CHECKING:
     from tensorboardX.proto import event_pb2
@@ -34,9 +32,6 @@ if TYPE_CHECKING:
 FOLDER = "tensorboard"
 FLUSH_EVERY = 5.0
 PATTERN = "events.out.tfevents.*"
-# Train row keys that are not written under their own name; NumIters is the step.
-TRAIN_TAGS = {"NumIters": None, "Seconds": None, "LearningRate": "train/lr"}
-TEST_SKIPPED = ("NumIters", "Seconds", "LearningRate")
 
 
 class RunEvents:
@@ -46,8 +41,7 @@ class RunEvents:
         from tensorboardX.event_file_writer import EventsWriter  # noqa: PLC0415 - 0.1 s to import, for trainings only
 
         self.folder = folder
-        self.train_written = len(metrics.train)
-        self.tests_written = {(net, row["NumIters"]) for net, rows in metrics.test.items() for row in rows}
+        self.rows = NewRows(metrics)
         self.step = metrics.iteration
         self.last_flush = time.monotonic()
         self.problem: str | None = None  # a write of the sampler's thread that failed
@@ -64,18 +58,7 @@ class RunEvents:
         if self.problem:
             raise RunError(self.problem)
         self.step = m.iteration
-        events = []
-        for row in m.train[self.train_written:]:
-            tags = {k: TRAIN_TAGS.get(k, f"train/{k}") for k in row}
-            events += [self._event(row["NumIters"], tag, row[k]) for k, tag in tags.items()
-                       if tag and row[k] is not None]
-        self.train_written = len(m.train)
-        for net, rows in sorted(m.test.items()):
-            for row in rows:
-                if (net, row["NumIters"]) not in self.tests_written:
-                    self.tests_written.add((net, row["NumIters"]))
-                    events += [self._event(row["NumIters"], f"test{net}/{k}", v)
-                               for k, v in row.items() if k not in TEST_SKIPPED and v is not None]
+        events = [self._event(step, tag, value) for step, tag, value in self.rows.take(m)]
         self._write(events, time.monotonic() - self.last_flush >= FLUSH_EVERY)
 
     def sample(self, values: dict[str, float]) -> None:

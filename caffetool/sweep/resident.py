@@ -1,0 +1,142 @@
+"""A Ray left running on this machine between sweeps: started once, attached to by each sweep.
+
+A sweep without ``--address`` starts a Ray of its own and stops it at its end: about four seconds
+of a short sweep's wall time. ``caffetool ray.start`` pays that once: it runs Ray's own
+``ray start --head`` (Ray's launcher: the daemons live on after the command returns), which writes
+the cluster's address where ``ray.init(address="auto")`` looks for it (``ray_current_cluster`` in
+Ray's temporary folder, ``$RAY_TMPDIR/ray`` or ``/tmp/ray``), so ``caffetool sweep --address auto``
+attaches in a fraction of a second and leaves it running. ``caffetool ray.stop`` ends that Ray
+alone: every process of its session (they all carry the session's name on their command line),
+and what they started (workers, a trial's Caffe), SIGTERM then SIGKILL (:mod:`caffetool.sweep.reaper`).
+Ray's own ``ray stop`` ends every Ray of the user on the machine, a running sweep's included.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from caffetool.choices import Limit, bounded
+from caffetool.errors import RunError
+
+START_TIMEOUT = 120.0  # seconds `ray start` may take (a loaded machine, a first start)
+CPUS = Limit("a number of CPUs", 0, 1024, kind=int)
+GPUS = Limit("a number of GPUs", 0, 64, kind=int)
+
+
+@dataclass
+class Head:
+    """The resident Ray as its address file names it."""
+
+    address: str  # HOST:PORT of its GCS
+    session: Path  # its session folder: logs, sockets
+
+
+def found() -> Head | None:
+    """The Ray ``--address auto`` would attach to, if its GCS answers."""
+    from ray._common.utils import get_default_ray_temp_dir, get_ray_address_file  # noqa: PLC0415
+
+    temp = Path(get_default_ray_temp_dir())
+    try:
+        address = Path(get_ray_address_file(str(temp))).read_text().strip()
+    except OSError:
+        return None
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not _answers(host, int(port)):
+        return None
+    return Head(address, (temp / "session_latest").resolve())
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
+
+def start(cpus: Any = None, gpus: Any = None, say: Callable[[str], None] = print) -> Head:
+    """``ray start --head`` on this machine, unless one already runs here (then that one)."""
+    if (head := found()) is not None:
+        say(f"Ray already runs here at {head.address} (session {head.session.name}); `caffetool ray.stop` stops it")
+        return head
+    command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--port", str(_free_port()),
+               "--disable-usage-stats", "--include-dashboard=false"]
+    if (n := bounded(cpus, "--cpus", CPUS)) is not None:
+        command += ["--num-cpus", str(n)]
+    if (n := bounded(gpus, "--gpus", GPUS)) is not None:
+        command += ["--num-gpus", str(n)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=START_TIMEOUT,
+                              start_new_session=True)  # its daemons outlive this command and its terminal
+    except FileNotFoundError:
+        raise RunError(f"Ray's launcher {command[0]} is missing; reinstall caffetool's dependencies "
+                       "(pip install 'ray[tune]')") from None
+    except subprocess.TimeoutExpired:
+        stop(lambda _: None)
+        raise RunError(f"`ray start --head` did not finish in {START_TIMEOUT:.0f} s; nothing was left running") from None
+    head = found()
+    if done.returncode != 0 or head is None:
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        raise RunError(f"`ray start --head` failed (exit {done.returncode}): "
+                       f"{lines[-1].strip() if lines else 'no output'}")
+    say(f"Ray runs at {head.address} (session {head.session.name}): sweeps attach to it with --address auto; "
+        "`caffetool ray.stop` stops it")
+    return head
+
+
+def stop(say: Callable[[str], None] = print) -> int:
+    """End the resident Ray (its session's processes and their children); how many processes ended."""
+    from caffetool.sweep import reaper  # noqa: PLC0415
+
+    head = found()
+    if head is None:
+        say("no Ray runs here (`caffetool ray.start` starts one)")
+        return 0
+    known = _session_processes(head.session.name)
+    reaper.follow(known)
+    reaper.end(known)
+    _forget(head)
+    say(f"stopped the Ray at {head.address}: {len(known)} process(es)")
+    return len(known)
+
+
+def _session_processes(session: str) -> dict[int, Any]:
+    """Every process of this user whose command line names ``session``."""
+    import psutil  # noqa: PLC0415
+
+    mine = {}
+    for process in psutil.process_iter(["cmdline", "uids"]):
+        try:
+            if process.info["uids"] and process.info["uids"].real != os.getuid():
+                continue
+            if process.pid != os.getpid() and any(session in arg for arg in process.info["cmdline"] or ()):
+                mine[process.pid] = process
+        except psutil.Error:
+            continue
+    return mine
+
+
+def _forget(head: Head) -> None:
+    """Remove the address file, so ``--address auto`` no longer points at the stopped Ray."""
+    from ray._common.utils import get_ray_address_file  # noqa: PLC0415
+
+    path = Path(get_ray_address_file(str(head.session.parent)))
+    try:
+        if path.read_text().strip() == head.address:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def _free_port() -> int:
+    """A port nothing listens on now, for the head's GCS (Ray's default, 6379, may be another Ray's)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
