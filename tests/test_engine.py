@@ -169,6 +169,11 @@ def test_an_engine_from_an_older_recipe_is_rebuilt_and_one_with_other_options_re
     (tmp_path / "current").mkdir()
     assert _existing(_copy_of(engine, tmp_path / "older", older), BuildOptions(), False, said.append) is None
     assert said == [f"the engine at {tmp_path / 'older'} was built with older caffetool patches; rebuilding it"]
+    # built before a patch of today's recipe existed: every patch it has is current, one is missing
+    fewer = [p for p in patches if p["name"] != BuildOptions().patches[-1]]
+    (tmp_path / "fewer").mkdir()
+    assert _existing(_copy_of(engine, tmp_path / "fewer", fewer), BuildOptions(), False, said.append) is None
+    assert said[-1] == f"the engine at {tmp_path / 'fewer'} was built with older caffetool patches; rebuilding it"
     current = _copy_of(engine, tmp_path / "current", patches)
     assert _existing(current, BuildOptions(), False, said.append).prefix == current
     other = BuildOptions(blas=BLAS["openblas"] if BuildOptions().mkl else BLAS["mkl"])

@@ -33,10 +33,10 @@ def test_interrupted_build_leaves_no_prefix_and_no_staging(tmp_path, engine, sig
     try:
         deadline = time.monotonic() + 120
         # Wait until compilation has started inside the staging folder.
-        while time.monotonic() < deadline and not list(tmp_path.glob(".engine.staging-*/build/Makefile")):
+        while time.monotonic() < deadline and not list(tmp_path.glob(".engine.staging-*/build/build.ninja")):
             assert child.poll() is None, child.stdout.read()
             time.sleep(0.2)
-        assert list(tmp_path.glob(".engine.staging-*/build/Makefile")), "compilation never started"
+        assert list(tmp_path.glob(".engine.staging-*/build/build.ninja")), "compilation never started"
         time.sleep(2)
         child.send_signal(sig)
         child.wait(timeout=60)

@@ -1,15 +1,18 @@
 """Configure, compile and stage-install Caffe with CMake.
 
 This is the single build recipe: ``caffetool engine.install`` on a host and the Docker images run
-the same steps (through the same task), with only :class:`BuildOptions` differing. Each step
-writes its full output to the build log; the terminal shows a progress bar fed by make's own
-``[ 42%]`` markers.
+the same steps (through the same task), with only :class:`BuildOptions` differing. CMake writes
+Ninja's build files where ninja is installed (a build package: it starts each target's objects as
+soon as their headers exist, where make waits for the libraries they link), else Makefiles. Each
+step writes its full output to the build log; the terminal shows a progress bar fed by ninja's
+``[12/43]`` or make's ``[ 42%]`` markers.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,16 +26,19 @@ from caffetool.engine.recipe import BuildOptions, cmake_flags
 from caffetool.errors import BuildError
 from caffetool.proc import exit_status, last_lines
 
-PERCENT = re.compile(r"^\[\s*(\d+)%\]")
+PERCENT = re.compile(r"^\[\s*(\d+)%\]")  # make's
+STEPS = re.compile(r"^\[(\d+)/(\d+)\]")  # ninja's
 
 
 def configure(tree: Path, build: Path, options: BuildOptions, prefix: Path, log: Path,
-              mkl_root: Path | None = None) -> list[str]:
-    """Run CMake; return the flags used. Refuses a CUDA build that CMake silently made CPU-only."""
-    flags = cmake_flags(options, sys.executable, prefix, mkl_root)
+              mkl_root: Path | None = None, launcher: list[str] | None = None) -> list[str]:
+    """Run CMake; return the flags used. Refuses a CUDA build that CMake silently made CPU-only.
+    ``launcher``: the flags that compile through ccache (:mod:`caffetool.engine.ccache`)."""
+    flags = cmake_flags(options, sys.executable, prefix, mkl_root) + (launcher or [])
     build.mkdir(parents=True, exist_ok=True)
     output: list[str] = []
-    run_step(["cmake", str(tree), *flags], build, log, "CMake configuration", on_line=output.append)
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    run_step(["cmake", *generator, str(tree), *flags], build, log, "CMake configuration", on_line=output.append)
     if options.cuda and not any(line.startswith("-- CUDA detected:") for line in output):
         # Caffe's Cuda.cmake falls back to a CPU build when it cannot find CUDA.
         raise BuildError(
@@ -42,21 +48,36 @@ def configure(tree: Path, build: Path, options: BuildOptions, prefix: Path, log:
     return flags
 
 
-def compile_and_stage(build: Path, jobs: int, destdir: Path, log: Path, progress: bool) -> None:
-    """``make -jN`` with a progress bar, then ``make install DESTDIR=...`` into a staging root."""
+def compile_and_stage(build: Path, jobs: int, destdir: Path, log: Path, progress: bool,
+                      env: dict[str, str] | None = None) -> None:
+    """Compile on ``jobs`` cores with a progress bar, then install into the staging root ``destdir``
+    (``env``: the compilers' environment, default this process's)."""
     # disable=None: no bar unless stderr is a terminal (CI logs stay readable)
     bar = tqdm(total=100, unit="%", desc="building Caffe", disable=None if progress else True, leave=False)
     try:
-        run_step(["make", f"-j{jobs}"], build, log, "compilation", on_line=lambda line: _advance(bar, line))
+        run_step(build_command(build, jobs), build, log, "compilation", on_line=lambda line: _advance(bar, line),
+                 env=env)
     finally:
         bar.close()
-    run_step(["make", "install", f"DESTDIR={destdir}"], build, log, "make install")
+    run_step(build_command(build, jobs, "install"), build, log, "the staged install", env={**os.environ, "DESTDIR": str(destdir)})
+
+
+def build_command(build: Path, jobs: int, target: str | None = None) -> list[str]:
+    """The command that builds ``target`` (default: everything) in ``build``, with the tool its build
+    files are for: ninja where CMake wrote build.ninja, else make."""
+    tool = ["ninja", f"-j{jobs}"] if (build / "build.ninja").is_file() else ["make", f"-j{jobs}"]
+    return [*tool, *([target] if target else [])]
 
 
 def _advance(bar: tqdm, line: str) -> None:
-    match = PERCENT.match(line)
-    if match and int(match.group(1)) > bar.n:
-        bar.update(int(match.group(1)) - bar.n)
+    if match := PERCENT.match(line):
+        done = int(match.group(1))
+    elif match := STEPS.match(line):
+        done = 100 * int(match.group(1)) // max(1, int(match.group(2)))
+    else:
+        return
+    if done > bar.n:
+        bar.update(done - bar.n)
 
 
 def run_step(argv: list[str], cwd: Path, log: Path, what: str, on_line: Callable[[str], None] | None = None,

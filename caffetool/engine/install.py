@@ -27,7 +27,7 @@ from pathlib import Path
 import caffetool
 from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
-from caffetool.engine import cmake, cpu, mkl, source, suite
+from caffetool.engine import ccache, cmake, cpu, mkl, source, suite
 from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, visible_gpus
 from caffetool.engine.recipe import BUILD_PACKAGES, CAFFE_SOURCE, PATCH_DIR, PYCAFFE_MODULES, BuildOptions
 from caffetool.errors import BuildError, ConfigError, EngineCorrupt, EngineError, EngineNotFound
@@ -135,11 +135,11 @@ def _existing(root: Path, options: BuildOptions, force: bool,
     # A patch that is no longer one of caffetool's files means an older recipe: rebuild. Current
     # patches with other options are another engine (which patches apply depends on the options).
     current = {(path.name, sha256_file(path)) for path in PATCH_DIR.glob("*.patch")}
-    if not set(recorded) <= current:
+    built = engine.manifest.get("options")
+    if not set(recorded) <= current or (built == options.as_dict() and recorded != project_patches(options)):
         say(f"the engine at {root} was built with older caffetool patches; rebuilding it")
         return None
-    built = engine.manifest.get("options")
-    if built != options.as_dict() or recorded != project_patches(options):
+    if built != options.as_dict():
         raise ConfigError(
             f"{root} holds an engine built with other options ({json.dumps(built)}); "
             "rerun with --force to rebuild it, or choose another --prefix"
@@ -167,11 +167,22 @@ def _build(
     if options.mkl:
         with _timed(timings, "mkl"):
             mkl_root = mkl.assemble(config.cache_home())
+    launcher = ccache.found()
     with _timed(timings, "configure"):
-        flags = cmake.configure(tree, build_dir, options, root, log, mkl_root)
+        flags = cmake.configure(tree, build_dir, options, root, log, mkl_root,
+                                ccache.cmake_flags(launcher) if launcher else None)
     jobs = jobs or os.cpu_count() or 1
+    say(f"compiling on {jobs} core(s) through {launcher}" if launcher else
+        f"compiling on {jobs} core(s); with ccache installed (`apt install ccache`) a rebuild takes seconds")
+    before = ccache.counts(launcher) if launcher else None
     with _timed(timings, "compile"):
-        cmake.compile_and_stage(build_dir, jobs, destdir, log, progress)
+        cmake.compile_and_stage(build_dir, jobs, destdir, log, progress,
+                                ccache.environment(staging) if launcher else None)
+    reused = None
+    if launcher and before is not None:
+        counted = ccache.counts(launcher) - before
+        reused = {"ccache": launcher, "hits": counted.hits, "misses": counted.misses}
+        say(f"ccache: {counted.hits} of {counted.hits + counted.misses} compilations reused")
     staged = destdir / root.relative_to(root.anchor)
     if mkl_root is not None:
         mkl.vendor(mkl_root, staged)
@@ -204,6 +215,7 @@ def _build(
         "mkl": {"version": mkl.VERSION, "wheels": [asdict(w) for w in mkl.WHEELS]} if options.mkl else None,
         "test_suite": [asdict(run) for run in runs] or None,
         "cmake_flags": flags,
+        "ccache": reused,
         "jobs": jobs,
         "compiler": _first_line(["c++", "--version"]),
         "cmake": _first_line(["cmake", "--version"]),

@@ -53,7 +53,12 @@ TUNING_PATCHES: tuple[str, ...] = (
     "0006-gpu-algorithms-once-shared-cudnn-handle.patch",
     "0007-pycaffe-passes-release-the-gil.patch",
 )
-PROJECT_PATCHES: tuple[str, ...] = FIX_PATCHES + TUNING_PATCHES
+# How the engine is compiled (unity batches, precompiled headers), not what it computes: every build,
+# --stock included, so that the stock reference costs no more to build than the engine.
+BUILD_PATCHES: tuple[str, ...] = (
+    "0008-unity-build-precompiled-headers.patch",
+)
+PROJECT_PATCHES: tuple[str, ...] = FIX_PATCHES + TUNING_PATCHES + BUILD_PATCHES
 # Applied only to --blas mkl builds (it changes only FindMKL.cmake), so OpenBLAS engines keep theirs.
 MKL_PATCHES: tuple[str, ...] = (
     "0005-mkl-gnu-openmp-threading.patch",
@@ -73,6 +78,9 @@ DEFAULT_BLAS = "mkl" if platform.machine() == "x86_64" else "openblas"
 BUILD_PACKAGES: tuple[str, ...] = (
     "build-essential",
     "cmake",
+    # CMake's Ninja generator: objects of every target compile as soon as their headers exist
+    # (make waits for each library before the next target's objects), about 10% off the compile
+    "ninja-build",
     "patch",
     "xz-utils",
     "ca-certificates",
@@ -138,7 +146,7 @@ class BuildOptions:
 
     @property
     def patches(self) -> tuple[str, ...]:
-        return (FIX_PATCHES if self.stock else PROJECT_PATCHES) + (MKL_PATCHES if self.mkl else ())
+        return (FIX_PATCHES + BUILD_PATCHES if self.stock else PROJECT_PATCHES) + (MKL_PATCHES if self.mkl else ())
 
     @property
     def mkl(self) -> bool:

@@ -72,7 +72,7 @@ def run(tree: Path, build_dir: Path, jobs: int, log: Path, env: dict[str, str],
     """Build the suite in ``build_dir`` and run it from ``tree`` as ``how`` says (default: a CPU
     build's tests on one thread and on several)."""
     how = how or plan(cuda=False, openmp=True, gpu_visible=False)
-    cmake.run_step(["make", f"-j{jobs}", TARGET], build_dir, log, "the build of Caffe's test suite")
+    cmake.run_step(cmake.build_command(build_dir, jobs, TARGET), build_dir, log, "the build of Caffe's test suite")
     binary = build_dir / "test" / TARGET
     runs = []
     for threads in how.threads:
