@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,10 @@ class SourcePackage:
         return next(t for t in self.tarballs if ".debian." in t.name)
 
 
+LOCK_WAIT = 600  # seconds apt waits for another apt's lock
+_ONE_AT_A_TIME = threading.Lock()
+
+
 def missing_packages(packages: tuple[str, ...] | list[str]) -> list[str]:
     """Packages that dpkg does not report as installed (all of them where dpkg is absent)."""
     if not shutil.which("dpkg-query"):
@@ -88,6 +93,11 @@ def install_packages(packages: tuple[str, ...] | list[str], log: Path | None = N
     Runs ``apt-get update`` first so a fresh machine (empty lists) works. Without root or
     password-less sudo, raises with the exact command for the user to run.
     """
+    with _ONE_AT_A_TIME:  # the quickstart fetches data while the engine's packages install
+        return _install(packages, log)
+
+
+def _install(packages: tuple[str, ...] | list[str], log: Path | None) -> list[str]:
     missing = missing_packages(packages)
     if not missing:
         return []
@@ -104,9 +114,11 @@ def install_packages(packages: tuple[str, ...] | list[str], log: Path | None = N
             f"run: sudo apt-get update && sudo {command}"
         )
     env = {**os.environ, **APT_ENV}
+    # Another apt at work (./bootstrap's, a second task's, unattended upgrades) is waited for, not failed on.
+    wait = ["-o", f"DPkg::Lock::Timeout={LOCK_WAIT}"]
     for argv in (
-        [*prefix, "apt-get", "update", "-q"],
-        [*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+        [*prefix, "apt-get", *wait, "update", "-q"],
+        [*prefix, "apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing],
     ):
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if log is not None:

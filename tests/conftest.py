@@ -8,6 +8,7 @@ on a machine where no engine is installed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,11 @@ from caffetool.engine import EngineInfo, locate
 from caffetool.errors import EngineError
 
 PROJECT = Path(__file__).resolve().parent.parent
+
+# Trainings the tests start are logged to MLflow only where a test runs caffetool with the INVOKE_*
+# settings removed (the tests of tracking, of sweeps' runs, of the CLI): each new SQLite store costs
+# a command about 4.6 s (MLflow's import and its schema), paid by every other training for nothing.
+os.environ.setdefault("INVOKE_TRACKING_URI", "off")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -54,6 +54,7 @@ def test_a_wheel_installed_in_a_bare_venv_has_the_models(tmp_path):
     assert {f"caffetool/models/{m}.py" for m in [*SHIPPED, "_imagenet", "__init__"]} <= set(names)
     assert not [n for n in names if n.startswith("models/")]
     assert any(n.startswith("caffetool/engine/patches/") and n.endswith(".patch") for n in names)
+    assert "caffetool/engine/build-packages.txt" in names  # the recipe reads it at import
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

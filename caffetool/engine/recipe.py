@@ -73,37 +73,11 @@ BLAS: dict[str, str] = {
 # trains LeNet 1.10-1.23x as fast on MKL as on OpenBLAS (benchmarks/RESULTS.md); elsewhere OpenBLAS.
 DEFAULT_BLAS = "mkl" if platform.machine() == "x86_64" else "openblas"
 
-# Debian/Ubuntu packages needed to fetch, patch and build the engine (CPU or CUDA: CUDA itself
-# comes from the CUDA toolkit, never from here).
-BUILD_PACKAGES: tuple[str, ...] = (
-    "build-essential",
-    "cmake",
-    # CMake's Ninja generator: objects of every target compile as soon as their headers exist
-    # (make waits for each library before the next target's objects), about 10% off the compile
-    "ninja-build",
-    "patch",
-    "xz-utils",
-    "ca-certificates",
-    "debian-archive-keyring",
-    "python3-dev",
-    "libboost-system-dev",
-    "libboost-thread-dev",
-    "libboost-filesystem-dev",
-    "libboost-python-dev",
-    "libprotobuf-dev",
-    "protobuf-compiler",
-    "libgoogle-glog-dev",
-    "libgflags-dev",
-    "libhdf5-dev",
-    "libleveldb-dev",
-    "liblmdb-dev",
-    "libsnappy-dev",
-    "libopencv-dev",
-    "libopenblas-dev",
-    # OpenBLAS built for OpenMP: called inside the engine's parallel regions it runs on the calling
-    # thread, so layer threads and BLAS threads share the cores instead of oversubscribing them.
-    "libopenblas-openmp-dev",
-)
+# Debian/Ubuntu packages needed to fetch, patch and build the engine: a list of its own, which
+# ./bootstrap reads too (it installs them while pip installs the Python side).
+BUILD_PACKAGES: tuple[str, ...] = tuple(
+    line.strip() for line in Path(__file__).with_name("build-packages.txt").read_text().splitlines()
+    if line.strip() and not line.lstrip().startswith("#"))
 
 # Where Debian puts each OpenBLAS build (libopenblas-{openmp,pthread}-dev), by multiarch triplet.
 MULTIARCH = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
