@@ -9,6 +9,7 @@ on a machine where no engine is installed.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,12 @@ PROJECT = Path(__file__).resolve().parent.parent
 # settings removed (the tests of tracking, of sweeps' runs, of the CLI): each new SQLite store costs
 # a command about 4.6 s (MLflow's import and its schema), paid by every other training for nothing.
 os.environ.setdefault("INVOKE_TRACKING_URI", "off")
+
+# The tests that press Ctrl-C send SIGINT to a child, which inherits SIGINT ignored where the suite
+# was started in the background of a non-interactive shell (`cmd &`, nohup); a handler here (reset
+# to the default in each child at exec) gives every child the terminal's behaviour.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

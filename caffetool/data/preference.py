@@ -70,5 +70,5 @@ class Prefetch:
         return self._outcome
 
     def settle(self) -> None:
-        """Wait for the fetch (a job that failed meanwhile leaves its staging to be cleaned up)."""
+        """Wait for the fetch to end: a job that fails meanwhile does not exit in the middle of one."""
         self._thread.join()
