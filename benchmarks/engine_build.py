@@ -10,7 +10,7 @@ generator (Makefiles, ``make -jN``: ninja is hidden from the recipe for it); caf
 Ninja where it is installed, as ``engine.install`` does; ccache is
 kept out of both (``CCACHE_DISABLE``) and used only for the last two: one that fills a cache of
 this benchmark's own, one that reuses it, timed as a whole (``engine.install --force`` after no
-change). Then both engines train LeNet for ``--iters`` iterations with the same seed and their
+change). Then both engines train LeNet for ``--iters`` iterations with the same ``--random-seed`` and their
 weights are compared byte for byte, from the same data folder into the same run folder, with MKL
 in its default mode and in its conditional numerical reproducibility mode (``MKL_CBWR=COMPATIBLE``). Targets: compile <= 140 s on 2 cores (the old way took 274 s);
 the rebuild <= 30 s; the weights identical.

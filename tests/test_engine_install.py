@@ -21,6 +21,11 @@ install(prefix=sys.argv[1], source_location=sys.argv[2], progress=False)
 """
 
 
+def started(folder) -> bool:
+    """A staging folder under ``folder`` holds build files (Ninja's or make's): its compile has begun."""
+    return any(any(folder.glob(f".engine.staging-*/build/{name}")) for name in ("build.ninja", "Makefile"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_build_leaves_no_prefix_and_no_staging(tmp_path, engine, sig):
@@ -32,11 +37,11 @@ def test_interrupted_build_leaves_no_prefix_and_no_staging(tmp_path, engine, sig
     )
     try:
         deadline = time.monotonic() + 120
-        # Wait until compilation has started inside the staging folder.
-        while time.monotonic() < deadline and not list(tmp_path.glob(".engine.staging-*/build/build.ninja")):
+        # Wait until compilation has started inside the staging folder (Ninja's build files, or make's).
+        while time.monotonic() < deadline and not started(tmp_path):
             assert child.poll() is None, child.stdout.read()
             time.sleep(0.2)
-        assert list(tmp_path.glob(".engine.staging-*/build/build.ninja")), "compilation never started"
+        assert started(tmp_path), "compilation never started"
         time.sleep(2)
         child.send_signal(sig)
         child.wait(timeout=60)

@@ -59,7 +59,8 @@ def compile_and_stage(build: Path, jobs: int, destdir: Path, log: Path, progress
                  env=env)
     finally:
         bar.close()
-    run_step(build_command(build, jobs, "install"), build, log, "the staged install", env={**os.environ, "DESTDIR": str(destdir)})
+    staged = {**(os.environ if env is None else env), "DESTDIR": str(destdir)}
+    run_step(build_command(build, jobs, "install"), build, log, "the staged install", env=staged)
 
 
 def build_command(build: Path, jobs: int, target: str | None = None) -> list[str]:
