@@ -4,6 +4,7 @@ several processes writing one new store at once."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -317,6 +318,34 @@ def test_the_cli_tracks_a_training_where_its_settings_say(fashion_data, tmp_path
         "own", str(project / "solver.prototxt"), "32")
     assert len(run.data.params["project.sha256"]) == 64
     assert "tracking" not in manifest(runs / "unwritable") and manifest(runs / "unwritable")["status"] == "finished"
+
+
+def test_mlflows_imports_stay_quiet_when_another_thread_restores_the_warning_filters(tmp_path):
+    """The live thread imports MLflow (and requests, which silences urllib3's PySocks warning as it is
+    imported) while the main thread may be inside ``warnings.catch_warnings``, whose exit drops filters
+    added meanwhile; the filters set beforehand on the main thread hold."""
+    pytest.importorskip("requests")
+    if importlib.util.find_spec("socks"):
+        pytest.skip("PySocks is installed here: urllib3 has no warning to give")
+    script = tmp_path / "race.py"
+    script.write_text(
+        "import threading, warnings\n"
+        "from caffetool.track.store import prepare\n"
+        "prepare()\n"
+        "with warnings.catch_warnings():\n"
+        "    importer = threading.Thread(target=__import__, args=('requests',))\n"
+        "    importer.start()\n"
+        "    importer.join()\n"
+        "try:\n"
+        "    import urllib3.contrib.socks  # what requests imports, again: it warns each time\n"
+        "except ImportError:\n"
+        "    pass\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    without = subprocess.run([sys.executable, "-c", script.read_text().replace("prepare()\n", "", 1)],
+                             capture_output=True, text=True, timeout=120)
+    assert "DependencyWarning" in without.stderr  # the race is real without prepare()
 
 
 def test_several_processes_write_one_new_store_at_once(tmp_path):

@@ -48,6 +48,7 @@ BATCH_PARAMS_TAGS = 100
 CUT = "...[cut]"
 _NAME = re.compile(r"[^/\w.\- :]")
 QUIET_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "huey")
+QUIET_WARNINGS = ("mlflow", "alembic", "urllib3", "requests")
 # Settings of MLflow's that caffetool sets unless the user has: no usage telemetry (a thread that
 # posts to the internet from every training), and an unreachable server given up in seconds.
 ENVIRONMENT = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
@@ -61,16 +62,19 @@ EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def prepare() -> None:
-    """Sets :data:`ENVIRONMENT` where unset; call it before MLflow is imported (on the main thread)."""
+    """Sets :data:`ENVIRONMENT` where unset and silences the warnings of MLflow and what it imports;
+    call it on the main thread before a thread imports MLflow. A filter added by a thread is lost
+    when another thread leaves ``warnings.catch_warnings`` (Matplotlib's plotting does), and requests
+    silences urllib3's PySocks warning that way, as it is imported."""
     for name, value in ENVIRONMENT.items():
         os.environ.setdefault(name, value)
+    for module in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", module=rf"{module}(\.|$)")
 
 
 def load() -> ModuleType:
     """MLflow, imported and silenced (see the module's description)."""
     prepare()
-    warnings.filterwarnings("ignore", module=r"mlflow(\.|$)")
-    warnings.filterwarnings("ignore", module=r"alembic(\.|$)")
     import mlflow  # noqa: PLC0415 - 1.5 s to import: only when a run is tracked
 
     for name in QUIET_LOGGERS:
