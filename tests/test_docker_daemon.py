@@ -1,10 +1,11 @@
 """The CPU image built and run for real, with Debian's own Docker (docker.io, no buildx).
 
 The test starts a private Docker daemon (its own data root, exec root and socket under the test's
-tmp folder, no bridge network and vfs storage, as a machine without Docker's networking set up
-needs), stops it at the end whatever happens, and drives it through the docker tasks: build the
-image (the legacy builder, the host's engine bundled in), train 100 iterations inside it with the
-host's data and runs folders mounted, check the files are the caller's, then serve the demo.
+tmp folder, no bridge network, as a machine without Docker's networking set up needs, and the
+storage driver dockerd picks: overlay2 where the kernel and file system allow it, vfs elsewhere),
+stops it at the end whatever happens, and drives it through the docker tasks: build the image (the
+legacy builder, the host's engine bundled in), train 100 iterations inside it with the host's data
+and runs folders mounted, check the files are the caller's, then serve the demo.
 No registry is reachable, so ``debian:12`` is made with debootstrap and ``docker import``.
 """
 
@@ -63,7 +64,7 @@ def daemon(tmp_path_factory) -> Iterator[dict[str, str]]:
     dockerd = subprocess.Popen(
         ["dockerd", "--data-root", str(home / "root"), "--exec-root", str(home / "exec"),
          "--pidfile", str(home / "dockerd.pid"), "--host", f"unix://{socket}", "--bridge=none",
-         "--iptables=false", "--ip6tables=false", "--storage-driver=vfs"],
+         "--iptables=false", "--ip6tables=false"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait("dockerd", lambda: subprocess.run(["docker", "info"], env=env, capture_output=True).returncode == 0
@@ -84,7 +85,7 @@ def daemon(tmp_path_factory) -> Iterator[dict[str, str]]:
         # dockerd leaves its default network namespace mounted under the exec root
         for point in _mounts_under(home):
             subprocess.run(["umount", "-l", point], check=False)
-        for folder in ("root", "exec"):  # vfs keeps a full copy of every layer
+        for folder in ("root", "exec"):  # what the storage driver keeps of every layer
             shutil.rmtree(home / folder, ignore_errors=True)
 
 
