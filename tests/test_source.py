@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import re
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -159,3 +160,21 @@ def test_ubuntu_sources_give_no_debian_mirror(tmp_path):
 
 def test_missing_packages_lists_what_dpkg_lacks():
     assert apt.missing_packages(["dpkg", "caffetool-no-such-package"]) == ["caffetool-no-such-package"]
+
+
+def _dpkg_version(package: str) -> str:
+    return subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_owners_names_the_package_of_each_file_under_either_spelling_of_merged_usr(tmp_path):
+    if not shutil.which("dpkg-query"):
+        pytest.skip("no dpkg here")
+    zlib = Path("/usr/lib/x86_64-linux-gnu/libz.so.1").resolve()  # zlib1g registered it under /lib
+    if not zlib.is_file():
+        pytest.skip("no x86_64 zlib here")
+    (tmp_path / "own.so").write_bytes(b"")
+    found = apt.owners([Path("/usr/bin/dpkg"), zlib, tmp_path / "own.so"])
+    assert found == {Path("/usr/bin/dpkg"): f"dpkg {_dpkg_version('dpkg')}",
+                     zlib: f"zlib1g {_dpkg_version('zlib1g')}"}
+    assert apt.owners([]) == {}

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import caffetool
-from caffetool import config, fsio
+from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
 from caffetool.engine import cudalibs, elf
 from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, made_by_caffetool
@@ -256,22 +256,17 @@ def _manifest(engine: EngineInfo, tree: Path, vendored: dict[str, Path], cuda: d
         "glibc_floor": glibc,
         "python": ".".join(build.get("python", {}).get("version", "").split(".")[:2]) or None,
         "cuda": cuda,
-        "vendored": {name: _origin_of(path) for name, path in sorted(vendored.items())},
+        "vendored": _origins(vendored),
         "files": files,
     }
 
 
-def _origin_of(path: Path) -> str:
-    """Where a vendored library came from: its Debian package where dpkg knows it, else its path."""
-    try:
-        done = subprocess.run(["dpkg-query", "-S", str(path)], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return str(path)
-    package = done.stdout.split(":", 1)[0].strip() if done.returncode == 0 else ""
-    if not package:
-        return str(path)
-    version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
-    return f"{package} {version.stdout.strip()} ({path.name})"
+def _origins(vendored: dict[str, Path]) -> dict[str, str]:
+    """Where each vendored library came from: its Debian package and version where dpkg knows it,
+    else its path."""
+    packages = apt.owners(list(vendored.values()))
+    return {name: f"{packages[path]} ({path.name})" if path in packages else str(path)
+            for name, path in sorted(vendored.items())}
 
 
 def _epoch(engine: EngineInfo) -> int:
