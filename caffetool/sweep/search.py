@@ -14,7 +14,7 @@
 ``--seed N`` seeds the draws (``BasicVariantGenerator``'s ``random_state``, the TPE sampler's
 ``seed``): the same sweep draws the same trials again. A TPE pick past the random start also
 depends on the results it has seen, so it repeats only when they do: one trial at a time
-(``--max-concurrent 1``) and trainings that repeat their figures. The seed is the search's alone:
+(``--max-concurrent 1``) and trainings that repeat their figures. ``--seed`` is the search's alone:
 Caffe's own ``random_seed`` (``--random-seed``) stays a training setting.
 """
 
