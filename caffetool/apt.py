@@ -84,24 +84,30 @@ def owners(paths: list[Path]) -> dict[Path, str]:
     linked to OpenCV vendors some 250 libraries."""
     spellings = {spelling: path for path in paths for spelling in (str(path), _merged_usr_alias(str(path)))
                  if spelling}
-    if not spellings or not shutil.which("dpkg-query"):
+    if not spellings:
         return {}
     # unknown files only add "no path found" lines on stderr (and exit status 1)
-    found = subprocess.run(["dpkg-query", "-S", *spellings], capture_output=True, text=True, check=False,
-                           timeout=120)
+    found = _dpkg_query("-S", *spellings)
     package_of: dict[Path, str] = {}
-    for line in found.stdout.splitlines():
+    for line in found.splitlines():
         owner, sep, spelling = line.partition(": ")
         if sep and not line.startswith("diversion by ") and spelling in spellings:
             # "pkg:amd64: /path", or "a:amd64, b:amd64: /path" for a file two packages share
             package_of.setdefault(spellings[spelling], owner.split(",")[0].split(":")[0].strip())
-    listed = subprocess.run(["dpkg-query", "-W", "-f=${Package}\t${Version}\n", *sorted(set(package_of.values()))],
-                            capture_output=True, text=True, check=False, timeout=120) if package_of else None
+    listed = _dpkg_query("-W", "-f=${Package}\t${Version}\n", *sorted(set(package_of.values()))) if package_of else ""
     versions: dict[str, str] = {}
-    for line in listed.stdout.splitlines() if listed else ():
+    for line in listed.splitlines():
         name, _, version = line.partition("\t")
         versions.setdefault(name, version.strip())
     return {path: f"{package} {versions.get(package, '')}".rstrip() for path, package in package_of.items()}
+
+
+def _dpkg_query(*args: str) -> str:
+    """What dpkg-query prints; nothing where it cannot run (the files are then named by path)."""
+    try:
+        return subprocess.run(["dpkg-query", *args], capture_output=True, text=True, check=False, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def _merged_usr_alias(path: str) -> str | None:

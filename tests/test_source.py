@@ -167,7 +167,7 @@ def _dpkg_version(package: str) -> str:
                           check=True).stdout
 
 
-def test_owners_names_the_package_of_each_file_under_either_spelling_of_merged_usr(tmp_path):
+def test_owners_names_the_package_of_each_file_under_either_spelling_of_merged_usr(tmp_path, monkeypatch):
     if not shutil.which("dpkg-query"):
         pytest.skip("no dpkg here")
     zlib = Path("/usr/lib/x86_64-linux-gnu/libz.so.1").resolve()  # zlib1g registered it under /lib
@@ -178,3 +178,5 @@ def test_owners_names_the_package_of_each_file_under_either_spelling_of_merged_u
     assert found == {Path("/usr/bin/dpkg"): f"dpkg {_dpkg_version('dpkg')}",
                      zlib: f"zlib1g {_dpkg_version('zlib1g')}"}
     assert apt.owners([]) == {}
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dpkg-query: every file is left to be named by its path
+    assert apt.owners([Path("/usr/bin/dpkg")]) == {}

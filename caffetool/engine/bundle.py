@@ -28,7 +28,6 @@ import os
 import platform
 import shutil
 import stat
-import subprocess
 import sys
 import sysconfig
 import tarfile

@@ -64,8 +64,8 @@ EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 def prepare() -> None:
     """Sets :data:`ENVIRONMENT` where unset and silences the warnings of MLflow and what it imports;
     call it on the main thread before a thread imports MLflow. A filter added by a thread is lost
-    when another thread leaves ``warnings.catch_warnings`` (Matplotlib's plotting does), and requests
-    silences urllib3's PySocks warning that way, as it is imported."""
+    when another thread leaves ``warnings.catch_warnings``, and requests silences urllib3's PySocks
+    warning that way, as it is imported."""
     for name, value in ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     for module in QUIET_WARNINGS:
