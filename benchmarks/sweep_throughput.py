@@ -1,22 +1,32 @@
-"""Sweep throughput: the same 4 LeNet trials run one after another (2 threads each) and as a sweep
-on Ray Tune (2 trials at once, 1 thread each), on the CPU, with Ray started for the sweep and with a
-Ray already running.
+"""Sweep throughput: 4 LeNet trials one after another, 2 at once without Ray, and as a Ray Tune sweep.
+
+The same 4 trials run one after another (2 threads each), 2 at once without Ray (1 thread each), and
+as a sweep on Ray Tune (2 trials at once, 1 thread each), on the CPU, with Ray started for the sweep
+and with a Ray already running.
 
 Sequential is four `caffetool train` commands with ``OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=2``, one
-after the other; each sweep is one `caffetool sweep --param base_lr=...` command with
-``--cpus-per-trial 1`` (FIFO: no trial stopped early, so all do the same work), once on a Ray of its
-own (started and stopped by the sweep) and once with ``--address auto`` on the Ray that
-`caffetool ray.start` left running (its start is timed apart: paid once, not per sweep). All train
-the LeNet recipe on Fashion-MNIST for ``--iterations`` each, with its tests, tracked in MLflow as
-`train` and `sweep` track by default. Reported: trials per hour of each, and Ray's overhead, the
-sweep's wall time minus the trials' own (each trial's run records its own wall time, set-up to
-final test; with 2 at once, their sum over 2 is what the sweep would take with nothing around
-them), split into Ray's start (or attaching), its shutdown (or detaching), what is left inside
-Tune (starting actors, placing trials, reporting) and the command's own (imports, checks, the
-report, plots and HParams). Target: overhead under 5% of the sweep's wall time for 1,000-iteration
-trials with a running Ray.
+after the other. Pairs is the same four commands with 1 thread each, 2 at once (a pool of two
+processes, no Ray): the sweep's work done without Ray, each run paying what any caffetool run pays
+(its imports, MLflow, its plots). Each sweep is one `caffetool sweep --param base_lr=...` command
+with ``--cpus-per-trial 1`` (FIFO: no trial stopped early, so all do the same work), once with
+``--address auto`` on the Ray that `caffetool ray.start` left running (its start is timed apart:
+paid once, not per sweep) and, unless ``--attached-only``, once on a Ray of its own (started and
+stopped by the sweep). All train the LeNet recipe on Fashion-MNIST for ``--iterations`` each, with
+its tests, tracked in MLflow as `train` and `sweep` track by default. The kinds alternate within a
+round, so the machine's drift reaches all of them alike.
 
-    .venv/bin/python benchmarks/sweep_throughput.py [--iterations 1000] [--rounds 1]
+Ray's overhead is given three ways. Against the trials' own time: the sweep's wall time minus the
+trials' own (each trial's run records its own wall time, set-up to final test; with 2 at once, their
+sum over 2), which also counts each run's own start and end (imports, MLflow, plots) and the last
+trial running alone, split into Ray's start (or attaching), its shutdown (or detaching), what is
+left inside Tune and the command's own. Beyond the pairs: that figure minus the same figure of the
+pairs, which pay every run's own start and end and the last one alone without Ray: what Ray and
+Tune add. Against pairs: the sweep's wall time minus the pairs' in the same round (the median of
+those differences), the figure a user sees, but one that moves with the machine's speed from run
+to run (the trials' own times vary by 15% here), where the other two are each taken within one run.
+Target: overhead under 5% of the sweep's wall time for 1,000-iteration trials with a running Ray.
+
+    .venv/bin/python benchmarks/sweep_throughput.py [--iterations 1000] [--rounds 1] [--attached-only]
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,6 +60,22 @@ def sequential(runs: Path, data_dir: Path, iterations: int, tag: str) -> tuple[f
         subprocess.run([str(CAFFETOOL), "train", "--max-iter", str(iterations), "--base-lr", rate, "--name",
                         f"{tag}-{i}", "--gpu", "cpu", "--runs-dir", str(runs), "--data-dir", str(data_dir)],
                        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    return wall, [_own(runs / f"{tag}-{i}") for i in range(len(RATES))]
+
+
+def pairs(runs: Path, data_dir: Path, iterations: int, tag: str) -> tuple[float, list[float]]:
+    """The sweep's trainings without Ray: the same commands, 1 thread each, 2 at once."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+    def one(i: int) -> None:
+        subprocess.run([str(CAFFETOOL), "train", "--max-iter", str(iterations), "--base-lr", RATES[i], "--name",
+                        f"{tag}-{i}", "--gpu", "cpu", "--runs-dir", str(runs), "--data-dir", str(data_dir)],
+                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        list(pool.map(one, range(len(RATES))))
     wall = time.perf_counter() - start
     return wall, [_own(runs / f"{tag}-{i}") for i in range(len(RATES))]
 
@@ -88,42 +115,73 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--attached-only", action="store_true",
+                        help="leave out the sequential runs and the sweep on a Ray of its own")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="caffetool-sweep-bench-") as tmp:
         tmp_path = Path(tmp)
-        data_dir = tmp_path / "data"
+        runs_dir, data_dir = tmp_path / "runs", tmp_path / "data"
         fetch.fetch(FASHION_MNIST, data_dir, progress=False, say=lambda _: None)
         seq_walls: list[float] = []
-        kinds: dict[str, list[tuple[float, float, dict]]] = {"own Ray": [], "running Ray": []}
+        pair_walls: list[float] = []
+        pair_outside: list[float] = []  # each run's own start and end, the last one alone: no Ray in it
+        kinds: dict[str, list[tuple[float, float, dict]]] = {"running Ray": []}
+        if not args.attached_only:
+            kinds["own Ray"] = []
         with resident_ray(Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))) as (ray_start, env):
             print(f"caffetool ray.start: {ray_start:.1f} s, once", flush=True)
             for r in range(args.rounds):
-                s_wall, s_own = sequential(tmp_path / "runs", data_dir, args.iterations, f"seq{r}")
-                seq_walls.append(s_wall)
-                print(f"round {r + 1}: sequential {s_wall:.1f} s (trials {', '.join(f'{x:.1f}' for x in s_own)})",
-                      flush=True)
-                for kind, sweep_env in (("running Ray", env), ("own Ray", None)):
+                if not args.attached_only:
+                    s_wall, s_own = sequential(runs_dir, data_dir, args.iterations, f"seq{r}")
+                    seq_walls.append(s_wall)
+                    print(f"round {r + 1}: sequential {s_wall:.1f} s (trials {_list(s_own)})", flush=True)
+                p_wall, p_own = pairs(runs_dir, data_dir, args.iterations, f"pairs{r}")
+                pair_walls.append(p_wall)
+                pair_outside.append(p_wall - sum(p_own) / CONCURRENT)
+                print(f"round {r + 1}: pairs, no Ray {p_wall:.1f} s (trials {_list(p_own)}); outside the trials' own "
+                      f"{pair_outside[-1]:.1f} s", flush=True)
+                for kind in kinds:
+                    sweep_env = env if kind == "running Ray" else None
                     tag = f"sweep{r}-{'attached' if sweep_env else 'own'}"
-                    w_wall, w_own, timings = sweep(tmp_path / "runs", data_dir, args.iterations, tag, sweep_env)
+                    w_wall, w_own, timings = sweep(runs_dir, data_dir, args.iterations, tag, sweep_env)
                     overhead = w_wall - sum(w_own) / CONCURRENT
                     kinds[kind].append((w_wall, overhead, timings))
-                    print(f"round {r + 1}, sweep on {kind}: {w_wall:.1f} s (trials "
-                          f"{', '.join(f'{x:.1f}' for x in w_own)}; Ray start {timings['ray_start']:.1f} s, Tune "
-                          f"{timings['tune']:.1f} s, Ray stop {timings['ray_stop']:.1f} s); overhead {overhead:.1f} s "
+                    print(f"round {r + 1}, sweep on {kind}: {w_wall:.1f} s (trials {_list(w_own)}; Ray start "
+                          f"{timings['ray_start']:.1f} s, Tune {timings['tune']:.1f} s, Ray stop "
+                          f"{timings['ray_stop']:.1f} s); against pairs {w_wall - p_wall:+.1f} s "
+                          f"({(w_wall - p_wall) / w_wall:+.1%}); against the trials' own {overhead:.1f} s "
                           f"({overhead / w_wall:.1%})", flush=True)
-        s = median(seq_walls)
+        p = median(pair_walls)
+        print(f"pairs, no Ray: median of {args.rounds}: {p:.1f} s = {len(RATES) * 3600 / p:.0f} trials/h")
+        if seq_walls:
+            s = median(seq_walls)
+            print(f"sequential (2 threads each): median of {args.rounds}: {s:.1f} s = {len(RATES) * 3600 / s:.0f} "
+                  "trials/h")
         for kind, runs in kinds.items():
             w, o = median([x[0] for x in runs]), median([x[1] for x in runs])
+            added = [x[0] - q for x, q in zip(runs, pair_walls)]
+            shares = [a / x[0] for a, x in zip(added, runs)]
             # The trials' own time, as the sweep would take it with nothing around them, is wall - overhead.
             inside = median([t["tune"] - (w_i - o_i) for w_i, o_i, t in runs])
             start, stop = median([t["ray_start"] for _, _, t in runs]), median([t["ray_stop"] for _, _, t in runs])
-            print(f"{kind}: overhead, median: Ray start {start:.1f} s, inside Tune (starting actors, placing trials, "
-                  f"reporting) {inside:.1f} s, Ray stop {stop:.1f} s, the command's own (imports, checks, report, "
-                  f"plots) {o - start - inside - stop:.1f} s")
-            print(f"{kind}: {len(RATES)} LeNet trials of {args.iterations} iterations, median of {args.rounds}: "
-                  f"sequential (2 threads each) {s:.1f} s = {len(RATES) * 3600 / s:.0f} trials/h; sweep ({CONCURRENT} "
-                  f"at once, 1 thread each) {w:.1f} s = {len(RATES) * 3600 / w:.0f} trials/h ({s / w:.2f}x); "
-                  f"Ray's overhead {o:.1f} s = {median([x[1] / x[0] for x in runs]):.1%} of the sweep's wall time")
+            print(f"{kind}: {len(RATES)} LeNet trials of {args.iterations} iterations, median of {args.rounds}: sweep "
+                  f"({CONCURRENT} at once, 1 thread each) {w:.1f} s = {len(RATES) * 3600 / w:.0f} trials/h")
+            print(f"{kind}: Ray's overhead against pairs without Ray, median of the rounds' differences: "
+                  f"{median(added):+.1f} s = {median(shares):+.1%} of the sweep's wall time (rounds: "
+                  f"{', '.join(f'{x:+.1%}' for x in shares)})")
+            beyond = median([x[1] for x in runs]) - median(pair_outside)
+            print(f"{kind}: Ray's overhead beyond what the same runs spend outside their own time without Ray "
+                  f"(medians: the sweep's {o:.1f} s, the pairs' {median(pair_outside):.1f} s): {beyond:.1f} s = "
+                  f"{beyond / w:.1%} of the sweep's wall time")
+            print(f"{kind}: overhead against the trials' own time, median: {o:.1f} s = "
+                  f"{median([x[1] / x[0] for x in runs]):.1%}: Ray start {start:.1f} s, inside Tune (starting "
+                  f"actors, placing trials, reporting, the runs' own start and end, the last trial alone) "
+                  f"{inside:.1f} s, Ray stop {stop:.1f} s, the command's own (imports, checks, report, plots) "
+                  f"{o - start - inside - stop:.1f} s")
+
+
+def _list(values: list[float]) -> str:
+    return ", ".join(f"{x:.1f}" for x in values)
 
 
 if __name__ == "__main__":

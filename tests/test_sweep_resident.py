@@ -97,6 +97,19 @@ def test_sweeps_attach_to_a_running_ray_and_leave_it_running(tmp_path: Path, fas
     assert start("tpe1") == start("tpe2")
     assert all(p.is_running() for p in daemons)
 
+    # without --address a sweep runs on a Ray of its own beside the running one, which it leaves alone;
+    # `ray.stop` still finds the running one's session, though the newest session is now the sweep's
+    own = cli("sweep", "--param", "base_lr=0.01", "--max-iter", "20", "--test-iter", "2", "--tracking-uri", "off",
+              "--data-dir", str(fashion_data.path.parent), "--runs-dir", str(runs), "--name", "own", cwd=tmp_path,
+              env=ray_folder)
+    assert own.returncode == 0, own.stdout + own.stderr
+    assert "a Ray of its own" in own.stdout and "(left running)" not in own.stdout
+    nodes = lambda name: {json.loads((runs / name / r["trial"] / "manifest.json").read_text())["sweep"]["node_id"]  # noqa: E731
+                          for r in _rows(runs / name)}
+    assert nodes("own").isdisjoint(nodes("tpe1")), "the sweep ran on the running Ray"
+    assert (Path(ray_folder["RAY_TMPDIR"]) / "ray" / "session_latest").resolve() != session
+    assert all(p.is_running() for p in daemons)
+
     stopped = cli("ray.stop", cwd=tmp_path, env=ray_folder)
     assert stopped.returncode == 0 and stopped.stdout.startswith("stopped the Ray at ")
     assert psutil.wait_procs(daemons, timeout=10)[1] == []

@@ -204,7 +204,9 @@ def connected(address: str | None, say: Callable[[str], None]) -> Iterator[Local
                            "`ray start --head` (and `ray start --address HEAD:6379` on the other machines)") from None
     else:
         before = {p.pid for p in psutil.Process().children()}
-        ray.init(include_dashboard=False, **options)
+        # "local": a new Ray, where no address would attach to the one ``ray_current_cluster`` names
+        # (a Ray of `caffetool ray.start`, or another sweep's cluster) and treat it as the sweep's own.
+        ray.init(address="local", include_dashboard=False, **options)
         local = LocalRay(before)
     try:
         resources = ray.cluster_resources()

@@ -9,10 +9,16 @@ attaches in a fraction of a second and leaves it running. ``caffetool ray.stop``
 alone: every process of its session (they all carry the session's name on their command line),
 and what they started (workers, a trial's Caffe), SIGTERM then SIGKILL (:mod:`caffetool.sweep.reaper`).
 Ray's own ``ray stop`` ends every Ray of the user on the machine, a running sweep's included.
+
+The head's session is recorded beside Ray's address file (:data:`RECORD`) as ``ray.start`` starts
+it: Ray's ``session_latest`` link names the newest session in the folder, which is a local sweep's
+own Ray as soon as one starts, so it cannot say later which session is the resident one. A head
+started with Ray's own ``ray start`` has no record; its session is the newest one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -28,6 +34,7 @@ from caffetool.errors import RunError
 START_TIMEOUT = 120.0  # seconds `ray start` may take (a loaded machine, a first start)
 CPUS = Limit("a number of CPUs", 0, 1024, kind=int)
 GPUS = Limit("a number of GPUs", 0, 64, kind=int)
+RECORD = "caffetool_resident.json"  # beside Ray's address file: the head's address and session
 
 
 @dataclass
@@ -50,7 +57,35 @@ def found() -> Head | None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not _answers(host, int(port)):
         return None
-    return Head(address, (temp / "session_latest").resolve())
+    return Head(address, temp / _recorded_session(temp, address))
+
+
+def _recorded_session(temp: Path, address: str) -> str:
+    """The session ``ray.start`` recorded for the head at ``address``; else the newest session."""
+    record = _read_record(temp)
+    session = record.get("session")
+    if record.get("address") == address and isinstance(session, str) and (temp / session).is_dir():
+        return session
+    return (temp / "session_latest").resolve().name
+
+
+def _read_record(temp: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((temp / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _record(head: Head) -> None:
+    """Note the head's session for :func:`found` (written whole, then renamed into place)."""
+    path = head.session.parent / RECORD
+    part = path.with_name(f".{RECORD}.{os.getpid()}")
+    try:
+        part.write_text(json.dumps({"address": head.address, "session": head.session.name}))
+        part.replace(path)
+    except OSError:
+        part.unlink(missing_ok=True)  # found() falls back to the newest session
 
 
 def _answers(host: str, port: int) -> bool:
@@ -86,6 +121,7 @@ def start(cpus: Any = None, gpus: Any = None, say: Callable[[str], None] = print
         lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         raise RunError(f"`ray start --head` failed (exit {done.returncode}): "
                        f"{lines[-1].strip() if lines else 'no output'}")
+    _record(head)
     say(f"Ray runs at {head.address} (session {head.session.name}): sweeps attach to it with --address auto; "
         "`caffetool ray.stop` stops it")
     return head
@@ -124,15 +160,19 @@ def _session_processes(session: str) -> dict[int, Any]:
 
 
 def _forget(head: Head) -> None:
-    """Remove the address file, so ``--address auto`` no longer points at the stopped Ray."""
+    """Remove the address file, so ``--address auto`` no longer points at the stopped Ray, and the
+    record of its session."""
     from ray._common.utils import get_ray_address_file  # noqa: PLC0415
 
-    path = Path(get_ray_address_file(str(head.session.parent)))
+    temp = head.session.parent
+    address_file = Path(get_ray_address_file(str(temp)))
     try:
-        if path.read_text().strip() == head.address:
-            path.unlink()
+        if address_file.read_text().strip() == head.address:
+            address_file.unlink()
     except OSError:
         pass
+    if _read_record(temp).get("address") == head.address:
+        (temp / RECORD).unlink(missing_ok=True)
 
 
 def _free_port() -> int:
