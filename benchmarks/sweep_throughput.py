@@ -53,20 +53,11 @@ RATES = ("0.001", "0.005", "0.01", "0.02")
 CONCURRENT = 2
 
 
-def sequential(runs: Path, data_dir: Path, iterations: int, tag: str) -> tuple[float, list[float]]:
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
-    start = time.perf_counter()
-    for i, rate in enumerate(RATES):
-        subprocess.run([str(CAFFETOOL), "train", "--max-iter", str(iterations), "--base-lr", rate, "--name",
-                        f"{tag}-{i}", "--gpu", "cpu", "--runs-dir", str(runs), "--data-dir", str(data_dir)],
-                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    return wall, [_own(runs / f"{tag}-{i}") for i in range(len(RATES))]
-
-
-def pairs(runs: Path, data_dir: Path, iterations: int, tag: str) -> tuple[float, list[float]]:
-    """The sweep's trainings without Ray: the same commands, 1 thread each, 2 at once."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+def trainings(runs: Path, data_dir: Path, iterations: int, tag: str, threads: int,
+              at_once: int) -> tuple[float, list[float]]:
+    """The 4 trials as `caffetool train` commands of ``threads`` threads each, ``at_once`` at a time
+    (one after another: sequential; 2 at once with 1 thread: pairs, the sweep's work without Ray)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
 
     def one(i: int) -> None:
         subprocess.run([str(CAFFETOOL), "train", "--max-iter", str(iterations), "--base-lr", RATES[i], "--name",
@@ -74,7 +65,7 @@ def pairs(runs: Path, data_dir: Path, iterations: int, tag: str) -> tuple[float,
                        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(CONCURRENT) as pool:
+    with ThreadPoolExecutor(at_once) as pool:
         list(pool.map(one, range(len(RATES))))
     wall = time.perf_counter() - start
     return wall, [_own(runs / f"{tag}-{i}") for i in range(len(RATES))]
@@ -132,10 +123,11 @@ def main() -> None:
             print(f"caffetool ray.start: {ray_start:.1f} s, once", flush=True)
             for r in range(args.rounds):
                 if not args.attached_only:
-                    s_wall, s_own = sequential(runs_dir, data_dir, args.iterations, f"seq{r}")
+                    s_wall, s_own = trainings(runs_dir, data_dir, args.iterations, f"seq{r}", threads=2, at_once=1)
                     seq_walls.append(s_wall)
                     print(f"round {r + 1}: sequential {s_wall:.1f} s (trials {_list(s_own)})", flush=True)
-                p_wall, p_own = pairs(runs_dir, data_dir, args.iterations, f"pairs{r}")
+                p_wall, p_own = trainings(runs_dir, data_dir, args.iterations, f"pairs{r}", threads=1,
+                                           at_once=CONCURRENT)
                 pair_walls.append(p_wall)
                 pair_outside.append(p_wall - sum(p_own) / CONCURRENT)
                 print(f"round {r + 1}: pairs, no Ray {p_wall:.1f} s (trials {_list(p_own)}); outside the trials' own "

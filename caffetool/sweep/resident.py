@@ -30,6 +30,7 @@ from typing import Any
 
 from caffetool.choices import Limit, bounded
 from caffetool.errors import RunError
+from caffetool.fsio import write_atomic
 
 START_TIMEOUT = 120.0  # seconds `ray start` may take (a loaded machine, a first start)
 CPUS = Limit("a number of CPUs", 0, 1024, kind=int)
@@ -78,14 +79,11 @@ def _read_record(temp: Path) -> dict[str, Any]:
 
 
 def _record(head: Head) -> None:
-    """Note the head's session for :func:`found` (written whole, then renamed into place)."""
-    path = head.session.parent / RECORD
-    part = path.with_name(f".{RECORD}.{os.getpid()}")
+    """Note the head's session for :func:`found`."""
     try:
-        part.write_text(json.dumps({"address": head.address, "session": head.session.name}))
-        part.replace(path)
+        write_atomic(head.session.parent / RECORD, json.dumps({"address": head.address, "session": head.session.name}))
     except OSError:
-        part.unlink(missing_ok=True)  # found() falls back to the newest session
+        pass  # found() falls back to the newest session
 
 
 def _answers(host: str, port: int) -> bool:
