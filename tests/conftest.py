@@ -31,10 +31,62 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# `caffetool test` runs the suite in pytest-xdist lanes (``--dist loadgroup``, scheduled below): each
+# module is one unit of work (its module-scoped fixtures made once), and the modules that share what a
+# machine has once are one unit, run one after another in one lane. Ray: ``ray start``'s default port
+# and session folder. System: apt's lock, the project's build/ folder that docker.build stages, the
+# private Docker daemon.
+SHARED = {
+    "ray": ("test_sweep", "test_sweep_hparams", "test_sweep_resident", "test_tracking"),
+    "system": ("test_bundle", "test_docker", "test_docker_daemon", "test_fast_build", "test_packaging"),
+}
+GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
+# The longest units first, so that the lanes end together (a lane takes the next unit when it is
+# nearly done). Seconds in one lane, from the suite's --durations=0 (CI machine, 2 cores).
+LONGEST = {"system": 600, "ray": 540, "test_export": 150, "test_export_layers": 106, "test_project_cli": 98,
+           "test_train": 90, "test_nets": 87, "test_hostile_inputs": 77, "test_v2_reliability": 74,
+           "test_demo": 71, "test_hostile_runs": 49, "test_evaluation": 44}
+
+
+def unit(nodeid: str) -> str:
+    """A test's unit of work in the lanes: its shared group, else its module."""
+    module = Path(nodeid.partition("::")[0]).stem
+    return GROUP_OF.get(module, module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` with the groups above, in the order the workers collected (longest
+    first). xdist's own loadgroup reads groups from suffixed node ids, which pytest 9.2's node ids no
+    longer take (pytest-xdist issue #1386): it would spread a group's tests over the lanes."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return Lanes(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist lane, keep to this lane's own cores (children too): with two lanes on two cores,
+    each lane's Caffe then fills one core with one thread, where both lanes' threads, spinning at
+    OpenMP barriers on the same two cores, slow each other down."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    lanes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    if worker and 1 < lanes <= len(cores):
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % lanes::lanes])
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: -LONGEST.get(unit(item.nodeid), 0))  # stable: a unit's tests stay in order
 
 
 @pytest.fixture(scope="session")

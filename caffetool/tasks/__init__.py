@@ -12,7 +12,7 @@ from caffetool import apt
 from caffetool.choices import shell_words, writable_folder
 from caffetool.data.preference import Prefetch
 from caffetool.engine import install as engine_install
-from caffetool.engine import locate, smoke
+from caffetool.engine import cpu_threads, locate, smoke
 from caffetool.nets.solver import SolverOptions
 from caffetool.tasks import (data, demo, docker, engine, evaluate, export, memory, model, rayhead, settings, sweep,
                              track, train)
@@ -22,16 +22,31 @@ from caffetool.train import session
 from caffetool.train.session import TrainRequest
 
 
-@task(help={"args": "extra pytest arguments, e.g. \"-k engine -x\""})
+# The suite runs in this many pytest-xdist lanes at most, one core each (tests/conftest.py groups the
+# modules that share the machine's Ray, apt and Docker into one lane, longest first): on CI's
+# 2 cores, 2 lanes take the suite from about 39 to about 27 minutes (benchmarks/RESULTS.md).
+TEST_LANES = 2
+
+
+@task(help={"args": "extra pytest arguments, e.g. \"-k engine -x\" (\"-n 0\": one lane)"})
 def test(c: Context, args: str = "") -> None:
     """Run the test suite (installs the engine first if it is missing)."""
     pytest_args = shell_words(args, "--args")
     engine.report(engine_install.install(prefix=pick(None, c.engine.prefix)))
     if installed := apt.install_packages(TEST_PACKAGES):
         print(f"installed for the tests: {' '.join(installed)}")
-    code = subprocess.call([sys.executable, "-m", "pytest", *pytest_args])
+    code = subprocess.call([sys.executable, "-m", "pytest", *_lanes(pytest_args), *pytest_args])
     if code:
         raise Exit(code=code)
+
+
+def _lanes(pytest_args: list[str]) -> list[str]:
+    """xdist's options for :data:`TEST_LANES` lanes, unless the arguments say how to distribute."""
+    lanes = min(TEST_LANES, cpu_threads.available())
+    if lanes < 2 or any(arg.startswith(("-n", "--numprocesses", "--dist")) or arg == "no:xdist"
+                        for arg in pytest_args):
+        return []
+    return ["-n", str(lanes), "--dist", "loadgroup"]
 
 
 # The quickstart's first training: 2,000 iterations of the LeNet recipe, about 30 s on 2 cores and
