@@ -24,7 +24,7 @@ from caffetool.train.session import TrainRequest
 
 # The suite runs in this many pytest-xdist lanes at most, one core each (tests/conftest.py groups the
 # modules that share the machine's Ray, apt and Docker into one lane, longest first): on CI's
-# 2 cores, 2 lanes take the suite from about 39 to about 27 minutes (benchmarks/RESULTS.md).
+# 2 cores, pytest took 1,293 s in 2 lanes against 2,096-2,363 s in one (benchmarks/RESULTS.md).
 TEST_LANES = 2
 
 
@@ -35,12 +35,12 @@ def test(c: Context, args: str = "") -> None:
     engine.report(engine_install.install(prefix=pick(None, c.engine.prefix)))
     if installed := apt.install_packages(TEST_PACKAGES):
         print(f"installed for the tests: {' '.join(installed)}")
-    code = subprocess.call([sys.executable, "-m", "pytest", *_lanes(pytest_args), *pytest_args])
+    code = subprocess.call([sys.executable, "-m", "pytest", *lane_options(pytest_args), *pytest_args])
     if code:
         raise Exit(code=code)
 
 
-def _lanes(pytest_args: list[str]) -> list[str]:
+def lane_options(pytest_args: list[str]) -> list[str]:
     """xdist's options for :data:`TEST_LANES` lanes, unless the arguments say how to distribute."""
     lanes = min(TEST_LANES, cpu_threads.available())
     if lanes < 2 or any(arg.startswith(("-n", "--numprocesses", "--dist")) or arg == "no:xdist"
