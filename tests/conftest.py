@@ -74,18 +74,17 @@ def pytest_configure(config: pytest.Config) -> None:
     """In an xdist lane, keep to this lane's own cores (children too): with two lanes on two cores,
     each lane's Caffe then fills one core with one thread, where both lanes' threads, spinning at
     OpenMP barriers on the same two cores, slow each other down."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    lanes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = getattr(config, "workerinput", None)  # xdist's own, unlike its PYTEST_XDIST_* that children inherit
     cores = sorted(os.sched_getaffinity(0))
-    if worker and 1 < lanes <= len(cores):
-        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % lanes::lanes])
+    if worker and 1 < (lanes := worker["workercount"]) <= len(cores):
+        os.sched_setaffinity(0, cores[int(worker["workerid"].removeprefix("gw")) % lanes::lanes])
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(config, "workerinput"):
         items.sort(key=lambda item: -LONGEST.get(unit(item.nodeid), 0))  # stable: a unit's tests stay in order
 
 

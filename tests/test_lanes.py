@@ -57,10 +57,9 @@ def test_a_shared_group_runs_in_one_lane_and_each_lane_keeps_to_its_core(tmp_pat
     for module in modules:
         (tmp_path / f"{module}.py").write_text(REPORT)
     every_core = set(range(os.cpu_count() or 1))
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}  # a lane's own
     done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
                            "-q", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           preexec_fn=lambda: os.sched_setaffinity(0, every_core))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     records = {module: json.loads((tmp_path / f"{module}.json").read_text()) for module in modules}
