@@ -21,21 +21,19 @@ using caffe::Caffe;
 using caffe::Solver;
 using caffe::SolverParameter;
 
-static boost::shared_ptr<Solver<float> > Trained(const SolverParameter& param,
-                                                 bool nccl) {
+// The reducer's GPUParams own the device buffers the solver's parameters were
+// pointed into (GPUParams::Configure), so it must outlive every read of them,
+// as it does in `caffe train`, which keeps it until the solver is done with.
+static boost::shared_ptr<Solver<float> > Plain(const SolverParameter& param) {
   boost::shared_ptr<Solver<float> > solver(
       caffe::SolverRegistry<float>::CreateSolver(param));
-  if (nccl) {
-    caffe::NCCL<float> reducer(solver);
-    reducer.Run(std::vector<int>(1, param.device_id()), NULL);
-  } else {
-    solver->Solve();
-  }
+  solver->Solve();
   return solver;
 }
 
 int main(int argc, char** argv) {
   ::google::InitGoogleLogging(argv[0]);
+  ::google::InstallFailureSignalHandler();  // a crash prints where it was
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s SOLVER.prototxt\n", argv[0]);
     return 2;
@@ -47,8 +45,11 @@ int main(int argc, char** argv) {
   Caffe::set_mode(Caffe::GPU);
   Caffe::set_solver_count(1);
 
-  boost::shared_ptr<Solver<float> > plain = Trained(param, false);
-  boost::shared_ptr<Solver<float> > reduced = Trained(param, true);
+  boost::shared_ptr<Solver<float> > plain = Plain(param);
+  boost::shared_ptr<Solver<float> > reduced(
+      caffe::SolverRegistry<float>::CreateSolver(param));
+  caffe::NCCL<float> reducer(reduced);
+  reducer.Run(std::vector<int>(1, param.device_id()), NULL);
   const std::vector<Blob<float>*>& a = plain->net()->learnable_params();
   const std::vector<Blob<float>*>& b = reduced->net()->learnable_params();
   CHECK_EQ(a.size(), b.size());

@@ -21,11 +21,12 @@ import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from caffetool import config
-from caffetool.engine import cudalibs, source
+from caffetool.engine import cudalibs, cudnnlibs, source
+from caffetool.engine.fatbin import Architectures
 from caffetool.engine.locate import locate
 from caffetool.errors import ConfigError
 from caffetool.engine.recipe import CAFFE_SOURCE, PATCH_DIR, PROJECT_PATCHES
@@ -35,7 +36,17 @@ from caffetool.choices import choose
 if TYPE_CHECKING:
     from caffetool.engine.bundle import BundleResult
 
-GPU_ARCH = "70 75 80 86 89 90"  # Volta to Hopper; PTX for 90 lets newer GPUs JIT-compile
+# The architectures each CUDA release's nvcc compiles for (`nvcc --list-gpu-code`), from Volta's 7.0 up:
+# the default rule of caffetool.engine.cudaarch, declared per release because the image's engine is
+# labelled with it before it is built. The build checks each against the image's own nvcc and its
+# libcaffe against the list, so a wrong row fails the build instead of shipping.
+ARCH_FOR_CUDA: dict[str, str] = {
+    "12.4.1": "70 72 75 80 86 87 89 90",
+    "12.6.3": "70 72 75 80 86 87 89 90",
+    "12.8.1": "70 72 75 80 86 87 89 90 100 101 120",
+}
+# The image label naming the device code the image's engine carries ({"sm": [...], "ptx": [...]}).
+DEVICE_CODE_LABEL = "org.caffetool.engine.device_code"
 # NCCL builds in NVIDIA's CUDA apt repository, per CUDA release (libnccl2 / libnccl-dev versions).
 NCCL_FOR_CUDA: dict[str, str] = {
     "12.4.1": "2.21.5-1+cuda12.4",
@@ -169,15 +180,19 @@ def stage_certificates(project: Path, local: Path = LOCAL_CAS) -> list[str]:
     return names
 
 
-def build_argv(img: Image, project: Path, network: str | None = None) -> list[str]:
+def build_argv(img: Image, project: Path, network: str | None = None,
+               device_code: Architectures | None = None) -> list[str]:
     """``docker build`` of ``img`` from its Dockerfile, with the project (and its staged inputs) as context.
 
     Only flags the legacy builder shares with BuildKit: pushing is a separate ``docker push``.
+    ``device_code``: what the bundled engine carries (a GPU image from a bundle); a GPU image that
+    compiles its engine carries its CUDA release's :data:`ARCH_FOR_CUDA`. Either is put on the image
+    as :data:`DEVICE_CODE_LABEL` for :func:`labelled_device_code`.
     """
     if not img.bundled:
         base = f"nvidia/cuda:{img.cuda}-cudnn"
         args = {"BUILD_IMAGE": f"{base}-devel-ubuntu{img.ubuntu}", "RUNTIME_IMAGE": f"{base}-runtime-ubuntu{img.ubuntu}",
-                "VARIANT": img.variant, "CUDA_ARCH": GPU_ARCH, "NCCL_VERSION": NCCL_FOR_CUDA[img.cuda]}
+                "VARIANT": img.variant, "CUDA_ARCH": ARCH_FOR_CUDA[img.cuda], "NCCL_VERSION": NCCL_FOR_CUDA[img.cuda]}
     elif img.gpu:  # the NVIDIA container runtime mounts the driver into containers that ask for it
         args = {"BASE_IMAGE": CPU_IMAGES[0], "NVIDIA_VISIBLE_DEVICES": "all"}
     else:
@@ -187,10 +202,30 @@ def build_argv(img: Image, project: Path, network: str | None = None) -> list[st
         argv += ["--build-arg", f"{name}={value}"]
     if network:
         argv += ["--network", network]
+    if img.gpu and not img.bundled:
+        arch = tuple(ARCH_FOR_CUDA[img.cuda].split())
+        device_code = Architectures(arch, arch[-1:])
+    if device_code is not None:
+        argv += ["--label", f"{DEVICE_CODE_LABEL}={json.dumps(device_code.as_dict(), separators=(',', ':'))}"]
     argv += ["--label", f"org.caffetool.engine.recipe={recipe_label()}",
              "--label", f"org.caffetool.variant={img.variant}", "--label", f"org.caffetool.base={img.base}",
              "--tag", img.tag]
     return argv + [str(project)]
+
+
+def labels_argv(img: Image) -> list[str]:
+    """``docker image inspect`` printing the image's labels as JSON."""
+    return ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", img.tag]
+
+
+def labelled_device_code(labels_json: str) -> Architectures | None:
+    """The device code an image's labels name, or None (an image built before images named it)."""
+    try:
+        labels = json.loads(labels_json) or {}
+        code = json.loads(labels[DEVICE_CODE_LABEL])
+        return Architectures(tuple(map(str, code["sm"])), tuple(map(str, code["ptx"])))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def push_argv(img: Image) -> list[str]:
@@ -211,6 +246,37 @@ def unresolved(ldd_output: str) -> list[str]:
         if where.strip() == "not found" and name not in cudalibs.DRIVER_SONAMES:
             missing.append(name)
     return sorted(set(missing))
+
+
+def cudnn_folder(ldd_output: str) -> tuple[str, int] | None:
+    """Where ``ldd`` of the engine found ``libcudnn.so.N`` inside the image, and N; None without cuDNN."""
+    for line in ldd_output.splitlines():
+        name, _, where = line.strip().partition(" => ")
+        if name.startswith("libcudnn.so.") and where.strip() and where.strip() != "not found":
+            return str(PurePosixPath(where.split(" (", 1)[0].strip()).parent), int(name.rsplit(".", 1)[1])
+    return None
+
+
+def cudnn_listing_argv(img: Image, folder: str, major: int) -> list[str]:
+    """``ldd`` of every ``libcudnn*.so.N`` in ``folder`` inside the image, each after a ``== NAME`` line."""
+    script = f'for f in "$1"/libcudnn*.so.{major}; do echo "== ${{f##*/}}"; ldd "$f"; done'
+    return probe_argv(img, "sh", "-c", script, "sh", folder)
+
+
+def cudnn_check(folder: str, major: int, listing: str) -> cudnnlibs.CudnnCheck:
+    """:func:`cudnn_listing_argv`'s output as the check :mod:`caffetool.engine.cudnnlibs` makes on a host."""
+    files: dict[str, list[str]] = {}
+    current = None
+    for line in listing.splitlines():
+        if line.startswith("== "):
+            current = line[3:].strip()
+            files[current] = []
+        elif current is not None:
+            files[current].append(line)
+    present = tuple(sorted(name for name in files if "*" not in name))
+    return cudnnlibs.CudnnCheck(
+        Path(folder), present, tuple(n for n in cudnnlibs.SUBLIBRARIES.get(major, ()) if n not in present),
+        {name: tuple(missing) for name in present if (missing := unresolved("\n".join(files[name])))})
 
 
 def run_argv(img: Image, uid: int, gid: int, data_dir: Path, runs_dir: Path, task: list[str],

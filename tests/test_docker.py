@@ -8,6 +8,7 @@ tests/test_docker_daemon.py builds and runs the CPU image with a real Docker dae
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ import pytest
 from invoke import Config, MockContext, Result
 
 from caffetool import dockerimg
+from caffetool.engine import cudaarch, cudnnlibs
 from caffetool.errors import ConfigError
 from caffetool.tasks import docker as docker_tasks
 from caffetool.tasks.settings import TASK_DEFAULTS
@@ -67,13 +69,14 @@ def context(runtimes: str = '{"nvidia":{},"runc":{}}', docker: bool = True, daem
     c = MockContext(config=Config(overrides=TASK_DEFAULTS), run=answers, repeat=True)
     for pattern, result in (answers_for or {}).items():  # before the catch-all below: the first match answers
         c.set_result_for("run", re.compile(pattern), result)
+    c.set_result_for("run", re.compile(r"docker image .*"), Result("null\n"))  # an image without labels
     c.set_result_for("run", re.compile(r"docker (build|run|push) .*"), Result(""))
     return c
 
 
 def sent(c: MockContext) -> list[list[str]]:
     return [shlex.split(call.args[0]) for call in c.run.call_args_list if call.args[0].startswith("docker ")
-            and not call.args[0].startswith(("docker info", "docker buildx"))]
+            and not call.args[0].startswith(("docker info", "docker buildx", "docker image inspect"))]
 
 
 def env_of(c: MockContext, verb: str) -> dict:
@@ -89,8 +92,9 @@ def test_gpu_build_command(tmp_path, engine, capsys):
         "docker", "build", "--file", str(PROJECT / "docker" / "Dockerfile"),
         "--build-arg", "BUILD_IMAGE=nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04",
         "--build-arg", "RUNTIME_IMAGE=nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
-        "--build-arg", "VARIANT=gpu", "--build-arg", "CUDA_ARCH=70 75 80 86 89 90",
+        "--build-arg", "VARIANT=gpu", "--build-arg", "CUDA_ARCH=70 72 75 80 86 87 89 90",
         "--build-arg", "NCCL_VERSION=2.21.5-1+cuda12.4",
+        "--label", 'org.caffetool.engine.device_code={"sm":["70","72","75","80","86","87","89","90"],"ptx":["90"]}',
         "--label", f"org.caffetool.engine.recipe={dockerimg.recipe_label()}",
         "--label", "org.caffetool.variant=gpu", "--label", "org.caffetool.base=nvidia",
         "--tag", "caffetool:gpu-cuda12.4.1-ubuntu22.04", str(PROJECT)]
@@ -141,6 +145,31 @@ def test_train_runs_as_the_user_with_gpus_and_mounts(tmp_path):
                     "--volume", f"{tmp_path / 'd'}:/opt/caffetool/data", "--volume", f"{tmp_path / 'r'}:/opt/caffetool/runs",
                     "--gpus", "all", "--shm-size", "1g", "caffetool:gpu-cuda12.4.1-ubuntu22.04",
                     "train", "--gpu", "all", "--max-iter", "500"]
+
+
+def labelled(code: str) -> Result:
+    return Result(json.dumps({dockerimg.DEVICE_CODE_LABEL: code, "org.caffetool.variant": "gpu"}) + "\n")
+
+
+def test_train_refuses_a_card_the_image_has_no_kernels_for(tmp_path, monkeypatch):
+    """The image's device-code label against the cards NVML names (a stand-in answer: no GPU here),
+    before any container starts."""
+    monkeypatch.setattr(cudaarch, "nvml_cards", lambda: [("Tesla P100-PCIE-16GB", (6, 0))])
+    c = context(answers_for={r"docker image inspect .*": labelled('{"sm":["70","75","90"],"ptx":["90"]}')})
+    with pytest.raises(Exception, match=re.escape(
+            "Error: GPU 0 (Tesla P100-PCIE-16GB, compute capability 6.0) cannot run the image "
+            "caffetool:gpu-cuda12.4.1-ubuntu22.04: it carries code for sm_70, sm_75, sm_90, PTX 9.0; rebuild it with "
+            "`caffetool docker.build --variant gpu --cuda 12.8.1` (or --base pypi from an engine built for it)")):
+        docker_tasks.train.body(c, data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
+    assert sent(c) == [] and not (tmp_path / "d").exists()
+
+
+def test_train_notes_a_card_that_runs_only_through_ptx(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cudaarch, "nvml_cards", lambda: [("NVIDIA GeForce RTX 5090", (12, 0))])
+    c = context(answers_for={r"docker image inspect .*": labelled('{"sm":["70","90"],"ptx":["90"]}')})
+    docker_tasks.train(c, data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
+    assert len(sent(c)) == 1
+    assert "note: GPU 0 (NVIDIA GeForce RTX 5090, compute capability 12.0) runs the image" in capsys.readouterr().out
 
 
 def test_demo_publishes_on_loopback_only(tmp_path):
@@ -235,6 +264,43 @@ def test_check_resolves_the_engine_inside_the_image_without_a_gpu(capsys):
     assert version[-2:] == ["caffetool:gpu-pypi-debian12", "--version"]
     out = capsys.readouterr().out
     assert "resolve all 5 libraries" in out and "caffe --version: caffe version 1.0.0" in out
+
+
+LDD_CUDNN = LDD_GPU + "\tlibcudnn.so.9 => /opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9 (0x7f04)\n"
+
+
+def cudnn_listing(*names: str, broken: str = "") -> Result:
+    """What ldd prints inside the image for each cuDNN file (one needing ``broken``, where named)."""
+    return Result("".join(f"== {name}\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x7f)\n\tlibcuda.so.1 => not found\n"
+                          + (f"\t{broken} => not found\n" if broken and name == "libcudnn_graph.so.9" else "")
+                          for name in names))
+
+
+ALL_CUDNN = ("libcudnn.so.9", *cudnnlibs.SUBLIBRARIES[9])
+
+
+def test_check_lists_every_cudnn_sub_library_inside_the_image(capsys):
+    c = context(runtimes='{"runc":{}}', answers_for={r"docker run .* --entrypoint ldd .*": Result(LDD_CUDNN),
+                                                     r"docker run .* --entrypoint sh .*": cudnn_listing(*ALL_CUDNN),
+                                                     r"docker run .* --entrypoint /opt/caffe/bin/caffe .*":
+                                                         Result("caffe version 1.0.0\n")})
+    docker_tasks.check(c, variant="gpu", base="pypi")
+    _, listing, _ = sent(c)
+    assert listing[listing.index("--entrypoint") + 1] == "sh" and listing[-1].endswith("nvidia/cudnn/lib")
+    assert ("cuDNN 8 libraries in /opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib, every sub-library present "
+            "and resolving") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("listing,message", [
+    (cudnn_listing(*ALL_CUDNN[:-2]), "missing libcudnn_cnn.so.9, libcudnn_adv.so.9"),
+    (cudnn_listing(*ALL_CUDNN, broken="libz.so.1"), "libcudnn_graph.so.9 cannot find libz.so.1"),
+])
+def test_check_refuses_an_image_whose_cudnn_would_fail_on_a_gpu(listing, message):
+    c = context(runtimes='{"runc":{}}', answers_for={r"docker run .* --entrypoint ldd .*": Result(LDD_CUDNN),
+                                                     r"docker run .* --entrypoint sh .*": listing})
+    with pytest.raises(Exception, match=r"cuDNN 9 would fail at its first convolution on a GPU "
+                                         r"\(CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED\): in .*" + re.escape(message)):
+        docker_tasks.check.body(c, variant="gpu", base="pypi")
 
 
 @pytest.mark.parametrize("ldd,version,message", [

@@ -268,6 +268,26 @@ def test_gpu_flags_for_cuda_engines(tmp_path):
         devices.choose(four, "5")
 
 
+def test_a_gpu_the_engine_has_no_kernels_for_is_refused_before_training(tmp_path, monkeypatch):
+    """The stand-in engine records sm_90 and PTX 9.0; NVML's answer is a stand-in too (two Tesla
+    M40s of compute capability 5.2, then a newer card)."""
+    from caffetool.engine import cudaarch
+
+    engine = stand_in_engine(tmp_path, 2, nccl=True)
+    engine.manifest.update(device_code={"sm": ["90"], "ptx": ["90"]})
+    engine.manifest["options"].update(use_cudnn=True)
+    monkeypatch.setattr(cudaarch, "nvml_cards", lambda: [("Tesla M40", (5, 2))] * 2)
+    fix = '`caffetool engine.install --cuda --cudnn --nccl --cuda-arch "90 52" --force`'
+    for choose in (lambda: devices.choose(engine, "all"), lambda: devices.for_pycaffe(engine, "1")):
+        with pytest.raises(ConfigError, match=re.escape(f"compute capability 5.2) cannot run the engine at {tmp_path}: "
+                                                        f"it carries code for sm_90, PTX 9.0; rebuild it with {fix}")):
+            choose()
+    monkeypatch.setattr(cudaarch, "nvml_cards", lambda: [("NVIDIA B200", (10, 0))] * 2)
+    chosen = devices.choose(engine, "0")
+    assert chosen.flag == ["-gpu", "0"] and chosen.notice.startswith(
+        "GPU 0 (NVIDIA B200, compute capability 10.0) runs the engine at")
+
+
 class StandInPycaffe:
     """pycaffe's mode calls, recorded: a GPU to switch to cannot exist on these machines."""
 

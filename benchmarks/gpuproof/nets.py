@@ -17,7 +17,10 @@ TRAIN, TEST = 0, 1
 CAFFE_ENGINE = 1  # ConvolutionParameter.CAFFE (and the same value in every engine enum)
 
 # (name, batch) for `caffe time`: the issue's four nets and batches.
-TIME_NETS: tuple[tuple[str, int], ...] = (("caffenet", 256), ("vgg16", 64), ("googlenet", 32), ("resnet50", 32))
+# LeNet too: where its training time goes per layer and pass.
+TIME_NETS: tuple[tuple[str, int], ...] = (("caffenet", 256), ("vgg16", 64), ("googlenet", 32), ("resnet50", 32),
+                                          ("lenet", 64))
+TIME_ITERATIONS = {"lenet": 200}  # passes of `caffe time` (20 elsewhere): LeNet's take tens of microseconds
 # (name, batch) for device memory against memory.estimate --mode gpu.
 MEMORY_NETS: tuple[tuple[str, int], ...] = (("lenet", 64), ("caffenet", 32), ("vgg16", 16), ("googlenet", 16),
                                             ("resnet50", 16))
@@ -77,10 +80,11 @@ def lenet(caffe: Any) -> Any:
 
 
 def lenet_solver(pb: Any, net: str, max_iter: int = 10000, seed: int | None = None,
-                 test_interval: int = 500, snapshot_prefix: str | None = None) -> str:
+                 test_interval: int = 500, snapshot_prefix: str | None = None, test_initialization: bool = True) -> str:
     """BVLC's ``examples/mnist/lenet_solver.prototxt`` on the GPU; a seed and a final snapshot
     where a run is compared with another."""
     s = pb.SolverParameter(net=net, test_interval=test_interval, base_lr=0.01, momentum=0.9,
+                           test_initialization=test_initialization,
                            weight_decay=0.0005, lr_policy="inv", gamma=0.0001, power=0.75, display=100,
                            max_iter=max_iter, snapshot_after_train=snapshot_prefix is not None,
                            solver_mode=pb.SolverParameter.GPU)
@@ -90,6 +94,25 @@ def lenet_solver(pb: Any, net: str, max_iter: int = 10000, seed: int | None = No
     if snapshot_prefix is not None:
         s.snapshot_prefix = snapshot_prefix
     return str(s)
+
+
+def lenet_variants(pb: Any, lenet: Any) -> dict[str, Any]:
+    """LeNet with one part changed each: ``all_cudnn`` (as published), ``conv_cudnn`` (only the
+    convolutions on cuDNN), ``no_cudnn`` (Caffe's kernels), ``no_data`` (an Input layer instead of
+    the Data layers: no prefetch thread, zeros in)."""
+    conv_only = set_engine(copy(pb, lenet), CAFFE_ENGINE)
+    for layer in conv_only.layer:
+        if layer.type == "Convolution":
+            layer.convolution_param.engine = 0  # DEFAULT: cuDNN in a cuDNN build
+    no_data = pb.NetParameter(name=lenet.name)
+    fed = no_data.layer.add(name="data", type="Input", top=["data", "label"])
+    fed.input_param.shape.add(dim=[64, 1, 28, 28])
+    fed.input_param.shape.add(dim=[64])
+    for layer in lenet.layer:
+        if layer.type != "Data":
+            no_data.layer.add().CopyFrom(layer)
+    return {"all_cudnn": copy(pb, lenet), "conv_cudnn": conv_only,
+            "no_cudnn": set_engine(copy(pb, lenet), CAFFE_ENGINE), "no_data": no_data}
 
 
 def set_engine(net: Any, engine: int) -> Any:

@@ -3,13 +3,15 @@
 The GPU machine has no Caffe toolchain, no caffetool environment and no network, and at most
 64 MiB travel per call, so the payload is split by what each call needs: ``common/`` (the CUDA
 engine bundle, the nets and solvers, the NCCL check binary, the Python wheels the run step
-imports), ``data/`` (Fashion-MNIST's IDX files, for the training runs) and ``gtest/`` (Caffe's own
+imports), ``data/`` (Fashion-MNIST's IDX files, xz-compressed, for the training runs) and ``gtest/`` (Caffe's own
 test suite from a CUDA build tree). A call carries ``common`` and one of the other two.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import shutil
 import subprocess
 import sys
@@ -32,7 +34,7 @@ def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, say=prin
     """Write ``out/common``, ``out/data`` and (given a kept test suite) ``out/gtest``."""
     from caffetool.engine import bundle, import_caffe, locate
 
-    caffe = import_caffe(locate(probe=False))
+    caffe = import_caffe(locate(prefix, probe=False))  # the nets are written by the engine they run on
     if out.exists():
         shutil.rmtree(out)
     common = out / "common"
@@ -41,17 +43,25 @@ def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, say=prin
     cuda = made.cuda or {}
     say(f"bundle: {made.size / 2**20:.1f} MiB, CUDA {cuda.get('major')}, built against {cuda.get('built_against')}")
     write_nets(caffe, common / "nets")
-    build_nccl_check(prefix, common / "bin" / "nccl_one_gpu", cuda)
+    for tool in TOOLS:
+        build_tool(prefix, tool, common / "bin" / tool, cuda)
     download_wheels(common / "wheels")
     (out / "data").mkdir()
-    for name in FASHION_FILES:
-        shutil.copyfile(fashion / name, out / "data" / name)
+    for name in FASHION_FILES:  # xz: 4.4 MiB less than gzip, room the 64 MiB a call carries needs
+        with gzip.open(fashion / name) as src, lzma.open(out / "data" / data_name(name), "wb",
+                                                         preset=9 | lzma.PRESET_EXTREME) as dst:
+            shutil.copyfileobj(src, dst)
     if gtest is not None:
         (out / "gtest").mkdir()
         pack_gtest(gtest, out / "gtest", cuda)
     for part in sorted(p for p in out.iterdir() if p.is_dir()):
         size = sum(p.stat().st_size for p in part.rglob("*") if p.is_file())
         say(f"payload {part}: {size / 2**20:.1f} MiB")
+
+
+def data_name(name: str) -> str:
+    """The payload's file of one of Fashion-MNIST's ``.gz`` files."""
+    return name.removesuffix(".gz") + ".xz"
 
 
 def write_nets(caffe: Any, folder: Path) -> None:
@@ -68,6 +78,12 @@ def write_nets(caffe: Any, folder: Path) -> None:
         pb, "lenet_cudnn.prototxt", max_iter=2000, seed=1, test_interval=1000, snapshot_prefix="seeded"))
     (folder / "lenet_nccl_solver.prototxt").write_text(proof_nets.lenet_solver(
         pb, "lenet_cudnn.prototxt", max_iter=1000, seed=1, test_interval=100000))
+
+    # Where LeNet's time goes: 2,000 iterations without tests, the net varied one part at a time.
+    for variant, net in proof_nets.lenet_variants(pb, lenet).items():
+        (folder / f"lenet_{variant}.prototxt").write_text(str(net))
+        (folder / f"lenet_{variant}_solver.prototxt").write_text(proof_nets.lenet_solver(
+            pb, f"lenet_{variant}.prototxt", max_iter=2000, test_interval=100000, test_initialization=False))
 
     for name, batch in proof_nets.TIME_NETS:
         net, shape, classes = proof_nets.train_net(caffe, name, batch)
@@ -86,15 +102,19 @@ def write_nets(caffe: Any, folder: Path) -> None:
     (folder / "plan.json").write_text(json.dumps(plan, indent=1))
 
 
-def build_nccl_check(prefix: Path, binary: Path, cuda: dict) -> None:
-    """``benchmarks/nccl_one_gpu.cpp`` compiled against the engine's headers and ``libcaffe``, its
-    RUNPATH set to where the run step installs the engine."""
+# The payload's C++ tools (benchmarks/NAME.cpp), built against the engine they measure.
+TOOLS = ("nccl_one_gpu", "gpu_host_time")
+
+
+def build_tool(prefix: Path, name: str, binary: Path, cuda: dict) -> None:
+    """``benchmarks/NAME.cpp`` compiled against the engine's headers and ``libcaffe``, its RUNPATH
+    set to where the run step installs the engine."""
     from caffetool.engine import elf
     from caffetool.engine.compile_check import toolkit_folder
 
     kit = toolkit_folder()
     binary.parent.mkdir(parents=True, exist_ok=True)
-    source = Path(__file__).resolve().parents[1] / "nccl_one_gpu.cpp"
+    source = Path(__file__).resolve().parents[1] / f"{name}.cpp"
     subprocess.run(["g++", "-O2", "-std=c++14", "-DUSE_NCCL", "-DUSE_CUDNN", "-DUSE_LMDB", "-DUSE_LEVELDB",
                     f"-I{prefix / 'include'}", f"-I{kit / 'include'}", str(source), "-o", str(binary),
                     f"-L{prefix / 'lib'}", f"-L{kit / 'lib64'}", "-lcaffe", "-lcudart", "-lnccl", "-lglog",

@@ -77,8 +77,11 @@ def lines(r: dict, estimated: dict[str, dict[str, int]] | None) -> list[str]:
                                f"{measured / MIB:,.1f} MiB, error {100 * (estimate - measured) / measured:+.1f}%")
     suite = r.get("caffe_test_suite", {})
     if "tests_run" in suite:
-        out.append(f"Caffe's test suite: {suite['tests_ok']} of {suite['tests_run']} passed in {suite['seconds']} s "
-                   f"({suite['shards']} shards); failed {suite['failed']}; shards aborted in {suite.get('aborted')}")
+        finished = (f"{suite['tests_ok']} of {suite['tests_run']} passed" if suite["tests_run"] else
+                    f"{suite['tests_ok']} passed before the time limit, no shard finished")
+        out.append(f"Caffe's test suite: {finished} in {suite['seconds']} s ({suite['shards']} shards"
+                   f"{', MPS' if suite.get('mps') else ''}); failed {suite['failed']}; shards stopped in "
+                   f"{suite.get('aborted')}")
         rerun = r.get("caffe_test_suite_rerun", {})
         if rerun:
             out.append(f"  alone again: {rerun.get('tests_ok')} passed, still failing {rerun.get('still_failed')}")

@@ -2,17 +2,17 @@
 
 Each step records its figures, or its error, in ``results.json`` (rewritten after every step, so a
 call cut short still returns what it measured) and the next step runs either way. Steps come in
-groups, one or more per call: ``training`` (LeNet on cuDNN, cuDNN timed, Caffe's kernels; the same
-seed twice; NCCL on one GPU; the 1x1 case), ``time`` (``caffe time`` of four nets on cuDNN and on
+groups, one or more per call: ``training`` (LeNet on cuDNN; the same seed twice; NCCL on one GPU;
+the 1x1 case), ``compare`` (LeNet with cuDNN's timed choice and on Caffe's kernels), ``time`` (``caffe time`` of four nets on cuDNN and on
 Caffe's kernels), ``memory`` (the calibration nets and the published nets against the estimate),
 ``gtest`` (Caffe's whole test suite, sharded over the cores: the GPU tests are latency-bound).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuproof import nets as proof_nets
-from gpuproof.payload import WORK
+from gpuproof.payload import WORK, data_name
 
-GROUPS = ("training", "time", "memory", "gtest")
+GROUPS = ("training", "time", "memory", "gtest", "compare", "host")
 CUDNN_LINE = re.compile(r"cuDNN (?P<layer>\S+) (?P<direction>forward|backward filter|backward data): "
                         r"(?P<algo>\S+), workspace (?P<bytes>\d+) bytes, (?P<math>\S+) math")
 # Settings of the engine's cuDNN convolutions (patch 0006), per variant.
@@ -83,11 +83,12 @@ class Proof:
         return self.out / "logs" / f"{name}.log"
 
     def caffe_run(self, args: list[str], cwd: Path, log: Path, extra: dict[str, str] | None = None,
-                  timeout: float | None = None) -> tuple[int, float]:
-        """``caffe ARGS`` in ``cwd``, stderr into ``log``: exit status and wall seconds."""
+                  timeout: float | None = None, wrap: list[str] | None = None) -> tuple[int, float]:
+        """``caffe ARGS`` in ``cwd`` (under ``wrap``, e.g. taskset), stderr into ``log``: exit
+        status and wall seconds."""
         start = time.perf_counter()
         with open(log, "w") as out:
-            done = subprocess.run([str(self.caffe), *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+            done = subprocess.run([*(wrap or []), str(self.caffe), *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                   env={**self.env, **(extra or {})}, timeout=timeout)
         return done.returncode, round(time.perf_counter() - start, 2)
 
@@ -161,6 +162,7 @@ def install(proof: Proof) -> None:
 
     proof.do("install", unpack)
     proof.do("device_query", query)
+    proof.do("gpu_facts", gpu_facts)
     nets = WORK / "nets"
     shutil.copytree(proof.payload / "common" / "nets", nets, dirs_exist_ok=True)
     for path in nets.glob("*.prototxt"):
@@ -168,28 +170,64 @@ def install(proof: Proof) -> None:
     (WORK / "data").mkdir(exist_ok=True)
 
 
+def gpu_facts(entry: dict) -> None:
+    """What the engine's checks without a GPU rely on, read off a real card and its cuDNN: NVML's
+    compute capability and name, the architectures the engine's ``libcaffe`` carries (cuobjdump),
+    and every file of the installed cuDNN with the libraries each needs that do not resolve."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    name = pynvml.nvmlDeviceGetName(handle)
+    entry.update(nvml_name=name.decode() if isinstance(name, bytes) else name,
+                 nvml_compute_capability=list(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+                 nvml_cuda_driver_version=pynvml.nvmlSystemGetCudaDriverVersion_v2())
+    libcaffe = next((WORK / "engine" / "lib").glob("libcaffe.so*"), None)
+    if libcaffe is not None and shutil.which("cuobjdump"):
+        listing = subprocess.run(["cuobjdump", "--list-elf", "--list-ptx", str(libcaffe)], capture_output=True,
+                                 text=True)
+        entry["cuobjdump_archs"] = sorted(set(re.findall(r"\.(sm_\d+a?|compute_\d+a?)\.", listing.stdout)))
+        entry["cuobjdump_lines"] = listing.stdout.splitlines()[:40]
+    if libcaffe is not None:
+        from caffetool.engine import fatbin
+
+        entry["fatbin_archs"] = fatbin.architectures(libcaffe).as_dict()
+    import nvidia.cudnn
+
+    folder = Path(list(nvidia.cudnn.__path__)[0]) / "lib"
+    files = {}
+    for lib in sorted(folder.glob("libcudnn*.so*")):
+        ldd = subprocess.run(["ldd", str(lib)], capture_output=True, text=True).stdout
+        files[lib.name] = [line.split()[0] for line in ldd.splitlines() if "not found" in line]
+    entry.update(cudnn_folder=str(folder), cudnn_files=files)
+
+
 # ---- training ---------------------------------------------------------------------------------
 
-def training(proof: Proof) -> None:
+def train(proof: Proof, name: str, solver: str, extra: dict[str, str], needs: float,
+          wrap: list[str] | None = None) -> None:
+    """``caffe train -gpu all`` of ``solver``, NVML sampled every 50 ms: wall seconds, accuracy,
+    utilisation and the cuDNN choices."""
     from caffetool.runs import logparse
 
-    nets = WORK / "nets"
+    def fill(entry: dict) -> None:
+        sampler = Sampler(0.05)
+        sampler.start()
+        try:
+            code, seconds = proof.caffe_run(["train", f"-solver={solver}", "-gpu", "all"], WORK / "nets",
+                                            proof.log(name), extra, timeout=max(10.0, proof.left() - 5), wrap=wrap)
+        finally:
+            figures = sampler.finish()
+        metrics = logparse.parse_file(proof.log(name))
+        entry.update(exit=code, seconds=seconds, settings=extra, final_accuracy=metrics.latest("accuracy"),
+                     final_loss=metrics.latest("loss"), iterations=metrics.iteration,
+                     iter_per_s=metrics.iter_per_s, testing_seconds=metrics.testing_seconds,
+                     fatal=metrics.fatal, cudnn=cudnn_choices(proof.log(name)), **figures)
+    proof.do(name, fill, needs)
 
-    def train(name: str, solver: str, extra: dict[str, str], needs: float) -> None:
-        def fill(entry: dict) -> None:
-            sampler = Sampler(0.05)
-            sampler.start()
-            try:
-                code, seconds = proof.caffe_run(["train", f"-solver={solver}", "-gpu", "all"], nets, proof.log(name),
-                                                extra, timeout=max(10.0, proof.left() - 5))
-            finally:
-                figures = sampler.finish()
-            metrics = logparse.parse_file(proof.log(name))
-            entry.update(exit=code, seconds=seconds, settings=extra, final_accuracy=metrics.latest("accuracy"),
-                         final_loss=metrics.latest("loss"), iterations=metrics.iteration,
-                         iter_per_s=metrics.iter_per_s, testing_seconds=metrics.testing_seconds,
-                         fatal=metrics.fatal, cudnn=cudnn_choices(proof.log(name)), **figures)
-        proof.do(name, fill, needs)
+
+def training(proof: Proof) -> None:
+    nets = WORK / "nets"
 
     def reproducible(entry: dict) -> None:
         digests = []
@@ -203,26 +241,71 @@ def training(proof: Proof) -> None:
             entry[f"run_{run}"] = {"exit": code, "seconds": seconds}
         entry.update(sha256=digests, identical=digests[0] is not None and digests[0] == digests[1])
 
-    def nccl(entry: dict) -> None:
-        binary = proof.payload / "common" / "bin" / "nccl_one_gpu"
-        binary.chmod(0o755)
-        start = time.perf_counter()
-        with open(proof.log("nccl_one_gpu"), "w") as log:
-            done = subprocess.run([str(binary), "lenet_nccl_solver.prototxt"], cwd=nets, stdout=log,
-                                  stderr=subprocess.STDOUT, env=proof.env, timeout=max(10.0, proof.left() - 5))
-        text = proof.log("nccl_one_gpu").read_text(errors="replace")
-        entry.update(exit=done.returncode, seconds=round(time.perf_counter() - start, 2),
-                     summary=[line for line in text.splitlines() if line.startswith("NCCL one GPU")],
-                     nccl=[line.split("] ", 1)[-1] for line in text.splitlines() if "NCCL" in line][:6])
-
     proof.do("data", lambda entry: entry.update(seconds=convert_fashion(proof)), 20)
-    train("lenet_cudnn", "lenet_cudnn_solver.prototxt", {}, 40)
-    train("lenet_cudnn_find", "lenet_cudnn_solver.prototxt", VARIANTS["cudnn_find"], 40)
-    train("lenet_caffe", "lenet_caffe_solver.prototxt", {}, 120)
+    train(proof, "lenet_cudnn", "lenet_cudnn_solver.prototxt", {}, 40)
     proof.do("lenet_reproducible", reproducible, 30)
-    proof.do("nccl_one_gpu", nccl, 30)
+    proof.do("nccl_one_gpu", lambda entry: nccl(proof, entry), 30)
     proof.do("cudnn_1x1_single_channel", lambda entry: entry.update(
         one_step(proof, "cudnn_1x1", proof_nets.conv_chain("CUDNN", 1, channels=1, kernel=1, size=8))), 15)
+
+
+def nccl(proof: Proof, entry: dict) -> None:
+    """``caffe::NCCL<float>::Run`` on one GPU against a plain solve (``benchmarks/nccl_one_gpu.cpp``)."""
+    text, code, seconds = tool(proof, "nccl_one_gpu", ["lenet_nccl_solver.prototxt"])
+    entry.update(exit=code, seconds=seconds,
+                 summary=[line for line in text.splitlines() if line.startswith("NCCL one GPU")],
+                 nccl=[line.split("] ", 1)[-1] for line in text.splitlines() if "NCCL" in line][:6])
+
+
+def tool(proof: Proof, name: str, args: list[str]) -> tuple[str, int, float]:
+    """One of the payload's C++ tools run in the nets folder: its output, exit status and seconds."""
+    binary = proof.payload / "common" / "bin" / name
+    binary.chmod(0o755)
+    start = time.perf_counter()
+    with open(proof.log(name), "w") as log:
+        done = subprocess.run([str(binary), *args], cwd=WORK / "nets", stdout=log, stderr=subprocess.STDOUT,
+                              env=proof.env, timeout=max(10.0, proof.left() - 5))
+    return proof.log(name).read_text(errors="replace"), done.returncode, round(time.perf_counter() - start, 2)
+
+
+HOST_LINE = re.compile(r"^(?P<what>.+?)\s+host\s+(?P<host>[\d.]+) us\s+wall\s+(?P<wall>[\d.]+) us$")
+
+
+def host(proof: Proof) -> None:
+    """Where LeNet's GPU time goes: host and wall microseconds per layer call and per iteration
+    (``benchmarks/gpu_host_time.cpp``), and 2,000 training iterations of LeNet varied one part at a
+    time (all on cuDNN, only the convolutions, none; no Data layer), twice as published and once
+    with the process held to two cores; then NCCL on one GPU."""
+    if "seconds" not in proof.results.get("data", {}):
+        proof.do("data", lambda entry: entry.update(seconds=convert_fashion(proof)), 20)
+
+    def host_time(entry: dict, net: str) -> None:
+        text, code, seconds = tool(proof, "gpu_host_time", [net, "1000"])
+        entry.update(exit=code, seconds=seconds, calls={
+            m.group("what"): {"host_us": float(m.group("host")), "wall_us": float(m.group("wall"))}
+            for line in text.splitlines() if (m := HOST_LINE.match(line.strip()))})
+        if code:
+            entry["tail"] = text.splitlines()[-12:]
+
+    for net in ("lenet_no_data", "time_lenet_caffe"):
+        proof.do(f"host_{net}", lambda entry, net=net: host_time(entry, f"{net}.prototxt"), 20)
+    for variant in ("all_cudnn", "conv_cudnn", "no_cudnn", "no_data", "all_cudnn"):
+        key = f"lenet2000_{variant}" + ("_again" if f"lenet2000_{variant}" in proof.results else "")
+        train(proof, key, f"lenet_{variant}_solver.prototxt", {}, 15)
+    taskset = shutil.which("taskset")
+    if taskset:
+        train(proof, "lenet2000_all_cudnn_two_cores", "lenet_all_cudnn_solver.prototxt", {}, 15,
+              wrap=[taskset, "-c", "2,3"])
+    proof.do("nccl_one_gpu", lambda entry: nccl(proof, entry), 15)
+
+
+def compare(proof: Proof) -> None:
+    """LeNet with cuDNN's timed algorithm choice and on Caffe's own kernels: figures beside the
+    proof's, not targets, so they run last."""
+    if "seconds" not in proof.results.get("data", {}):
+        proof.do("data", lambda entry: entry.update(seconds=convert_fashion(proof)), 20)
+    train(proof, "lenet_cudnn_find", "lenet_cudnn_solver.prototxt", VARIANTS["cudnn_find"], 40)
+    train(proof, "lenet_caffe", "lenet_caffe_solver.prototxt", {}, 120)
 
 
 def convert_fashion(proof: Proof) -> float:
@@ -232,7 +315,8 @@ def convert_fashion(proof: Proof) -> float:
         raw = {}
         for kind in ("images-idx3", "labels-idx1"):
             raw[kind] = WORK / f"{stem}-{kind}-ubyte"
-            with gzip.open(proof.payload / "data" / f"{stem}-{kind}-ubyte.gz") as src, open(raw[kind], "wb") as dst:
+            with lzma.open(proof.payload / "data" / data_name(f"{stem}-{kind}-ubyte.gz")) as src, \
+                    open(raw[kind], "wb") as dst:
                 shutil.copyfileobj(src, dst)
         subprocess.run([str(WORK / "engine" / "bin" / "convert_mnist_data"), str(raw["images-idx3"]),
                         str(raw["labels-idx1"]), str(WORK / "data" / f"{split}_lmdb"), "--backend=lmdb"],
@@ -245,6 +329,7 @@ def convert_fashion(proof: Proof) -> float:
 def timing(proof: Proof) -> None:
     nets = WORK / "nets"
     runs = [(name, batch, variant, VARIANTS[variant]) for name, batch in proof_nets.TIME_NETS for variant in VARIANTS]
+    runs.sort(key=lambda run: run[0] != "vgg16")  # the target's net first
     runs += [("vgg16", 64, variant, extra) for variant, extra in VGG_EXTRA.items()]
     for name, batch, variant, extra in runs:
         key = f"time_{name}_{variant}"
@@ -253,7 +338,8 @@ def timing(proof: Proof) -> None:
         def fill(entry: dict, key: str = key, name: str = name, batch: int = batch, engine: str = engine,
                  extra: dict = extra) -> None:
             code, seconds = proof.caffe_run(["time", f"-model=time_{name}_{engine}.prototxt", "-gpu", "0",
-                                             "-iterations", "20"], nets, proof.log(key), extra,
+                                             "-iterations", str(proof_nets.TIME_ITERATIONS.get(name, 20))],
+                                            nets, proof.log(key), extra,
                                             timeout=max(10.0, proof.left() - 5))
             entry.update(exit=code, batch=batch, seconds=seconds, settings=extra, cudnn=cudnn_choices(proof.log(key)),
                          **time_figures(proof.log(key).read_text(errors="replace")))
@@ -377,9 +463,11 @@ def gtest(proof: Proof, shards: int) -> None:
     def suite(entry: dict) -> None:
         start = time.perf_counter()
         procs = []
+        mps = start_mps(proof)
+        entry["mps"] = mps is not None
         for index in range(shards):
             log = open(proof.log(f"gtest_shard{index}"), "w")
-            env = {**proof.env, "GTEST_TOTAL_SHARDS": str(shards), "GTEST_SHARD_INDEX": str(index)}
+            env = {**proof.env, **(mps or {}), "GTEST_TOTAL_SHARDS": str(shards), "GTEST_SHARD_INDEX": str(index)}
             procs.append((subprocess.Popen([str(binary)], cwd=source, stdout=log, stderr=subprocess.STDOUT,
                                            env=env), log))
         codes: list[int | str] = []
@@ -391,6 +479,7 @@ def gtest(proof: Proof, shards: int) -> None:
                 proc.wait()
                 codes.append("killed at the time limit")
             log.close()
+        stop_mps(mps)
         ran = ok = 0
         failed: list[str] = []
         aborted: list[str] = []  # a shard that died (a CHECK aborts the binary): the test it was in
@@ -425,6 +514,27 @@ def gtest(proof: Proof, shards: int) -> None:
         proof.do("caffe_test_suite_rerun", rerun, 20)
 
 
+def start_mps(proof: Proof) -> dict[str, str] | None:
+    """NVIDIA's Multi-Process Service for the shards, where the machine has it: without it the
+    shards' contexts take turns on the GPU in time slices, and the suite's GPU tests (gradient checks:
+    thousands of tiny kernels, each followed by a wait) ran 100-190 s each in 12 shards (record of
+    2026-11-27) instead of running side by side. The environment the shards need, or None."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        return None
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(WORK / "mps-pipe"), "CUDA_MPS_LOG_DIRECTORY": str(WORK / "mps-log")}
+    for folder in env.values():
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([control, "-d"], env={**os.environ, **env}, capture_output=True, text=True)
+    return env if done.returncode == 0 else None
+
+
+def stop_mps(env: dict[str, str] | None) -> None:
+    if env is not None:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env={**os.environ, **env},
+                       capture_output=True, timeout=30)
+
+
 def run(payload: Path, out: Path, groups: list[str], budget: float, shards: int) -> dict:
     proof = Proof(payload, out, budget)
     install(proof)
@@ -432,7 +542,7 @@ def run(payload: Path, out: Path, groups: list[str], budget: float, shards: int)
         if group == "gtest":
             gtest(proof, shards)
         else:
-            {"training": training, "time": timing, "memory": memory}[group](proof)
+            {"training": training, "time": timing, "memory": memory, "compare": compare, "host": host}[group](proof)
     (out / "results.json").write_text(json.dumps(proof.results, indent=1))
     with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:  # one file: few files come back
         tar.add(out / "logs", arcname="logs")

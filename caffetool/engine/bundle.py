@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 import caffetool
 from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
-from caffetool.engine import cudalibs, elf
+from caffetool.engine import cudalibs, cudnnlibs, elf
 from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, made_by_caffetool
 from caffetool.errors import (BundleError, ChecksumMismatch, ConfigError, EngineCorrupt,
                               EngineError, EngineNotFound, SourceError)
@@ -354,6 +354,7 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
         raise ConfigError(f"{root} already holds an engine; pass --force to replace it with {Path(bundle).name}, "
                           "or choose another --prefix")
     cuda_dir = _cuda_libraries(manifest["cuda"], pip, say) if manifest.get("cuda") else None
+    cudnn = _cudnn_loads(manifest["cuda"], cuda_dir) if cuda_dir is not None else None
     with fsio.staged_dir(root) as tree:
         _extract(archive, tree, manifest)
         if cuda_dir is not None:
@@ -363,6 +364,7 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
                            "vendored": sorted(manifest["vendored"]), "cuda_libraries": str(cuda_dir) if cuda_dir else None,
                            "cuda_built_against": (manifest.get("cuda") or {}).get("built_against"),
                            "cuda_requirements": (manifest.get("cuda") or {}).get("requirements"),
+                           "cudnn": cudnn.summary() if cudnn else None,
                            "installed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         (tree / MANIFEST).write_text(json.dumps(build, indent=2) + "\n")
         _smoke(tree)
@@ -489,6 +491,22 @@ def _cuda_libraries(cuda: dict, pip: bool, say: Callable[[str], None]) -> Path:
         raise EngineError(f"after installing {' '.join(cuda['requirements'])} the libraries "
                           f"{', '.join(lib['soname'] for lib in cuda['libraries'])} are still not all present")
     return found
+
+
+def _cudnn_loads(cuda: dict, cuda_dir: Path) -> cudnnlibs.CudnnCheck | None:
+    """cuDNN's sub-libraries beside the ``libcudnn`` the bundle needs, each resolving
+    (:mod:`caffetool.engine.cudnnlibs`); refused before anything is installed where one is missing."""
+    lib = next((lib for lib in cuda["libraries"] if lib["soname"].startswith("libcudnn.so.")), None)
+    if lib is None:
+        return None
+    major = int(lib["soname"].rsplit(".", 1)[1])
+    check = cudnnlibs.check_folder(cuda_dir.parent / lib["folder"], major)
+    if not check.ok:
+        wheel = next((r for r in cuda["requirements"] if r.startswith("nvidia-cudnn")), "nvidia-cudnn-cu13")
+        raise EngineError(f"cuDNN {major} would fail at its first convolution on a GPU "
+                          f"(CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED): {check.summary()}; reinstall it: "
+                          f"pip install --force-reinstall '{wheel}'")
+    return check
 
 
 def find_cuda_folder(cuda: dict) -> Path | None:

@@ -16,17 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from caffetool import config
-from caffetool.engine import cudakit
+from caffetool.engine import cudaarch, cudakit
+from caffetool.engine.fatbin import Architectures
 from caffetool.engine.install import install
 from caffetool.engine.locate import caffe_env
 from caffetool.engine.recipe import BuildOptions
 from caffetool.errors import BuildError
 from caffetool.proc import exit_status, last_lines, run_checked
-
-# CUDA 13 compiles for Turing and newer only (Volta's 70 was dropped); the Docker images, on CUDA 12,
-# add 70.
-CUDA13_ARCH = ("75", "80", "86", "89", "90")
-
 
 def check_prefix() -> Path:
     """Where the compile-checked CUDA engine is installed (a side prefix, bundled by GPU images from PyPI)."""
@@ -51,14 +47,16 @@ class CheckResult:
     version: str
     device_query: str
     log: Path | None
+    device_code: str  # what libcaffe carries: "sm_75, ..., sm_121, PTX 12.1"
 
 
-def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, source: str | None = None,
+def compile_check(arch: tuple[str, ...] = (), jobs: int | None = None, source: str | None = None,
                   extra_cmake: tuple[str, ...] = (), say: Callable[[str], object] = print,
                   test_suite: bool = False) -> CheckResult:
     """Build the CUDA engine into a side prefix; its ``caffe`` must run, and fail to find a GPU.
 
-    ``test_suite``: build Caffe's test suite too, run its CPU half (its GPU half where a GPU is), and
+    ``arch``: the compute capabilities to build for; empty: every one the kit's nvcc supports
+    (:func:`caffetool.engine.cudaarch.default`). ``test_suite``: build Caffe's test suite too, run its CPU half (its GPU half where a GPU is), and
     keep it in :func:`suite_folder` for a machine with a GPU."""
     kit = toolkit_folder()
     prefix = check_prefix()
@@ -76,5 +74,7 @@ def compile_check(arch: tuple[str, ...] = CUDA13_ARCH, jobs: int | None = None, 
     version = run_checked([caffe, "--version"], what="the CUDA build's `caffe --version`", error=BuildError)
     query = subprocess.run([str(caffe), "device_query", "-gpu", "0"], capture_output=True, text=True,
                            errors="replace", env=caffe_env())
+    code = result.engine.manifest.get("device_code") or {}
     return CheckResult(result.engine.prefix, objects, result.seconds, version.stdout.strip(),
-                       f"{exit_status(query.returncode)}: {last_lines(query.stderr, 1)}", result.log)
+                       f"{exit_status(query.returncode)}: {last_lines(query.stderr, 1)}", result.log,
+                       cudaarch.describe(Architectures(tuple(code.get("sm", ())), tuple(code.get("ptx", ())))))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from caffetool.errors import ConfigError
 
 SETTINGS: dict[str, tuple[str, str]] = {
-    "CAFFE_CUDNN_WORKSPACE_MB": ("256", "the largest workspace one convolution's algorithm may take, in MiB; "
+    "CAFFE_CUDNN_WORKSPACE_MB": ("1024", "the largest workspace one convolution's algorithm may take, in MiB; "
                                         "one workspace per GPU is shared by all layers"),
     "CAFFE_CUDNN_TF32": ("0", "1 lets Ampere and newer GPUs compute float convolutions in TF32"),
     "CAFFE_CUDNN_ALGO": ("heuristic", "heuristic: cuDNN's ranking, the same choice on every run; find: the "
@@ -35,5 +35,5 @@ def workspace_mb(env: Mapping[str, str] = os.environ) -> float:
     except ValueError:
         value = -1.0
     if value < 0:
-        raise ConfigError(f"CAFFE_CUDNN_WORKSPACE_MB={text!r}: give a number of MiB, e.g. 256")
+        raise ConfigError(f"CAFFE_CUDNN_WORKSPACE_MB={text!r}: give a number of MiB, e.g. 1024")
     return value

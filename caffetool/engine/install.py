@@ -21,13 +21,13 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import caffetool
 from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
-from caffetool.engine import ccache, cmake, cpu, mkl, source, suite
+from caffetool.engine import ccache, cmake, cpu, cudaarch, fatbin, mkl, source, suite
 from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, visible_gpus
 from caffetool.engine.recipe import BUILD_PACKAGES, CAFFE_SOURCE, PATCH_DIR, PYCAFFE_MODULES, BuildOptions
 from caffetool.errors import BuildError, ConfigError, EngineCorrupt, EngineError, EngineNotFound
@@ -36,7 +36,10 @@ from caffetool.proc import run_checked
 PTH_NAME = "caffetool-pycaffe.pth"
 # Reference prototxt files kept from the source tree: Caffe's own examples and model zoo
 # definitions, which tests and users compare generated nets against.
-KEPT_SOURCE_FILES = ("examples/**/*.prototxt", "models/**/*.prototxt", "python/caffe/imagenet/*.npy")
+# BVLC files installed under share/caffe: the example nets and solvers users start from, the ImageNet
+# mean, and the CMake functions that turn --cuda-arch into nvcc flags (checked by the tests).
+KEPT_SOURCE_FILES = ("examples/**/*.prototxt", "models/**/*.prototxt", "python/caffe/imagenet/*.npy",
+                     "cmake/Cuda.cmake", "cmake/Utils.cmake")
 
 
 @dataclass
@@ -69,6 +72,8 @@ def install(
     """
     started = time.monotonic()
     root = config.engine_prefix(prefix)
+    if options.cuda:
+        options = replace(options, cuda_arch=_architectures(options))
     if force:
         check_replaceable(root)
     existing = _existing(root, options, force, say)
@@ -184,6 +189,7 @@ def _build(
         reused = {"ccache": launcher, "hits": counted.hits, "misses": counted.misses}
         say(f"ccache: {counted.hits} of {counted.hits + counted.misses} compilations reused")
     staged = destdir / root.relative_to(root.anchor)
+    device_code = _device_code(staged, options) if options.cuda else None
     if mkl_root is not None:
         mkl.vendor(mkl_root, staged)
     runs: list[suite.SuiteRun] = []
@@ -212,6 +218,7 @@ def _build(
         },
         "patches": [asdict(p) for p in patches],
         "options": options.as_dict(),
+        "device_code": device_code.as_dict() if device_code else None,
         "mkl": {"version": mkl.VERSION, "wheels": [asdict(w) for w in mkl.WHEELS]} if options.mkl else None,
         "test_suite": [asdict(run) for run in runs] or None,
         "cmake_flags": flags,
@@ -224,6 +231,28 @@ def _build(
         "host": {"machine": platform.machine(), "system": platform.platform(), "cpus": os.cpu_count()},
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _architectures(options: BuildOptions) -> tuple[str, ...]:
+    """The architecture list a CUDA build compiles for: the one asked for, oldest first and each
+    one the compiler supports, or by default every one it supports (:mod:`caffetool.engine.cudaarch`)."""
+    compiler = cudaarch.nvcc(options.extra_cmake)
+    if not options.cuda_arch:
+        return cudaarch.default(compiler)
+    return cudaarch.parse(" ".join(options.cuda_arch), compiler if compiler.exists() else None)
+
+
+def _device_code(staged: Path, options: BuildOptions) -> fatbin.Architectures:
+    """What the built ``libcaffe`` carries, which must be every architecture asked for, the newest
+    also as PTX (BVLC's ``cmake/Cuda.cmake`` rewrites the list it is given before nvcc sees it)."""
+    code = fatbin.architectures((staged / "lib" / "libcaffe.so").resolve())
+    missing = [f"sm_{a}" for a in options.cuda_arch if a not in code.cubins]
+    if options.cuda_arch and options.cuda_arch[-1] not in code.ptx:
+        missing.append(f"PTX {options.cuda_arch[-1]}")
+    if missing:
+        raise BuildError(f"the CUDA build lacks device code it was asked for: {', '.join(missing)} (it carries "
+                         f"{cudaarch.describe(code)}); the build log shows the nvcc flags CMake passed")
+    return code
 
 
 def _keep_reference_files(tree: Path, dest: Path) -> None:

@@ -15,6 +15,8 @@ from invoke import Collection, Context
 
 from caffetool import dockerimg
 from caffetool.choices import PORT, bounded, shell_words
+from caffetool.engine import cudaarch
+from caffetool.engine.fatbin import Architectures
 from caffetool.errors import EngineError, SystemDependencyError
 from caffetool.tasks._common import chosen_folder, pick, task
 
@@ -70,10 +72,13 @@ def build(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = 
     bundled, cpu or gpu --base pypi."""
     img = dockerimg.image(variant, cuda, ubuntu, tag, base)
     require_docker(c, gpu=False)  # building needs no GPU
+    device_code = None
     if img.bundled:
         r = dockerimg.stage_bundle(PROJECT, img, _bundled_prefix(c, img, prefix), say=lambda _: None)
         cuda_note = f", CUDA {r.cuda['major']} from PyPI: {' '.join(r.cuda['requirements'])}" if r.cuda else ""
         print(f"staged the engine bundle {r.path} ({r.size / 2**20:.1f} MiB, {r.seconds:.0f} s{cuda_note})")
+        if r.cuda and r.cuda.get("arch"):
+            device_code = Architectures(tuple(r.cuda["arch"]), tuple(r.cuda["arch"][-1:]))
     else:
         staged = dockerimg.stage_source(PROJECT, pick(source, c.engine.source), c.engine.debian_mirror)
         print(f"staged the Caffe source tarballs in {staged}")
@@ -82,7 +87,7 @@ def build(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = 
     name, env = builder(c)
     print(f"building {img.tag} with {name}")
     started = time.monotonic()
-    _run(c, dockerimg.build_argv(img, PROJECT, network), env)
+    _run(c, dockerimg.build_argv(img, PROJECT, network, device_code), env)
     print(f"built {img.tag} in {time.monotonic() - started:.0f} s with {name}")
     if push:
         _run(c, dockerimg.push_argv(img))
@@ -103,11 +108,33 @@ def check(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = 
     libraries = {line.split()[0] for line in ldd.stdout.splitlines() if " => " in line}
     print(f"{img.tag}: {' and '.join(dockerimg.ENGINE_ELVES)} resolve all {len(libraries)} libraries they load "
           "(ldd; the NVIDIA driver's come from the container runtime)")
+    if found := dockerimg.cudnn_folder(ldd.stdout):
+        listing = c.run(shlex.join(dockerimg.cudnn_listing_argv(img, *found)), hide=True, warn=True)
+        checked = dockerimg.cudnn_check(*found, listing.stdout)
+        if listing.failed or not checked.ok:
+            raise EngineError(f"inside {img.tag}, cuDNN {found[1]} would fail at its first convolution on a GPU "
+                              f"(CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED): {checked.summary()}; rebuild the image")
+        print(f"{img.tag}: cuDNN {checked.summary()}")
     version = c.run(shlex.join(dockerimg.probe_argv(img, f"{dockerimg.CONTAINER_ENGINE}/bin/caffe", "--version")),
                     hide=True, warn=True)
     if version.failed:
         raise EngineError(f"`caffe --version` failed inside {img.tag}: {version.stderr.strip()[-400:]}")
     print(f"{img.tag}: caffe --version: {version.stdout.strip()}")
+
+
+def cards_run(c: Context, img: dockerimg.Image) -> None:
+    """Refuse, before a GPU container starts, where a visible GPU gets no kernel from the image's
+    engine (its device-code label against NVML's compute capabilities); an image without the label
+    is left to Caffe's own error."""
+    labels = c.run(shlex.join(dockerimg.labels_argv(img)), hide=True, warn=True)
+    code = dockerimg.labelled_device_code(labels.stdout) if labels.ok else None
+    cards = cudaarch.nvml_cards() if code is not None else None
+    if not cards:
+        return
+    newest = list(dockerimg.NCCL_FOR_CUDA)[-1]
+    fix = f"`caffetool docker.build --variant gpu --cuda {newest}` (or --base pypi from an engine built for it)"
+    for note in cudaarch.check_card(code, list(range(len(cards))), f"the image {img.tag}", fix, cards=lambda: cards):
+        print(f"note: {note}")
 
 
 def _paths(c: Context, data_dir: str | None, runs_dir: str | None) -> tuple[Path, Path]:
@@ -134,6 +161,8 @@ def train(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = 
     words = shell_words(args, "--args")
     data, runs = _paths(c, data_dir, runs_dir)
     require_docker(c, img.gpu)
+    if img.gpu:
+        cards_run(c, img)
     _made(data, runs)
     _run(c, dockerimg.run_argv(img, os.getuid(), os.getgid(), data, runs, ["train", *words], network=network))
 
@@ -149,6 +178,8 @@ def demo(c: Context, variant: str = "gpu", cuda: str = "12.4.1", ubuntu: str = "
     host_port = bounded(port, "--port", PORT)
     data, runs = _paths(c, data_dir, runs_dir)
     require_docker(c, img.gpu)
+    if img.gpu:
+        cards_run(c, img)
     _made(data, runs)
     chosen = ["--run", run] if run else []
     if network == "host":  # the host's own network: no port to publish, so listen on its loopback only

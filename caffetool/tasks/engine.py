@@ -11,7 +11,7 @@ from invoke import Collection, Context
 from caffetool import config
 from caffetool.choices import bounded, choose, count, number, output_file, writable_folder
 from caffetool.engine import install as engine_install
-from caffetool.engine import locate, smoke
+from caffetool.engine import cudaarch, locate, smoke
 from caffetool.engine.bundle import ZSTD_LEVEL
 from caffetool.engine.recipe import BLAS, DEFAULT_BLAS, BuildOptions, blas_name
 from caffetool.errors import ConfigError
@@ -32,7 +32,8 @@ SIDE_PREFIX = ("pycaffe: not linked into this Python (a side prefix: `import caf
         "cuda": "build with CUDA (needs nvcc and the CUDA libraries)",
         "cudnn": "build with cuDNN (implies --cuda)",
         "nccl": "build with NCCL for multi-GPU `-gpu all` (implies --cuda)",
-        "cuda_arch": "space-separated compute capabilities, e.g. '70 75 80 86 89 90'",
+        "cuda_arch": "compute capabilities to build for, e.g. '80 90' or '8.0 9.0' (default: every one the "
+                     "installed nvcc supports from 7.0 up, the newest also as PTX)",
         "cmake_arg": "extra CMake argument (repeatable), e.g. -DCUDA_TOOLKIT_ROOT_DIR=/opt/cuda",
         "jobs": "parallel compile jobs, 1 to 4096 (default: engine.jobs, else all cores)",
         "force": "rebuild even if an install is present",
@@ -80,7 +81,7 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
                           "for its CPU mode: drop --blas mkl or --cuda")
     options = BuildOptions(
         cuda=cuda, cudnn=cudnn, nccl=nccl,
-        cuda_arch=tuple(cuda_arch.split()) if cuda else (),
+        cuda_arch=cudaarch.parse(cuda_arch) if cuda else (),
         extra_cmake=tuple(cmake_arg or ()),
         stock=stock,
         blas=library,
@@ -142,6 +143,12 @@ def info(c: Context, prefix: str | None = None, json_: bool = False) -> None:
         built, running = cuda_versions(engine)
         print(f"built with  {', '.join(pin.replace('==', ' ') for pin in built) or 'the CUDA toolkit it found'}")
         print(f"running     {', '.join(f'{k} {v or chr(45)}' for k, v in running.items()) or 'the same'}")
+        print(f"device code {cudaarch.describe(cudaarch.recorded(engine.prefix, m))}")
+        if m["options"].get("use_cudnn"):
+            from caffetool.engine import cudnnlibs  # noqa: PLC0415
+
+            checked = cudnnlibs.check_engine(engine.prefix / "lib" / "libcaffe.so")
+            print(f"cuDNN       {checked.summary() if checked else 'not linked'}")
     for name, path in engine.tools.items():
         print(f"tool        {name:28} {'ok' if path else 'missing'}")
     print(f"pycaffe     {'imports' if engine.pycaffe else 'fails: ' + str(engine.pycaffe_error)}")
@@ -165,21 +172,23 @@ def check(c: Context, prefix: str | None = None, iterations: str = "50") -> None
 
 
 @task(name="compile-check", iterable=["cmake_arg"],
-      help={"cuda_arch": "compute capabilities (CUDA 13: 75 and newer)",
+      help={"cuda_arch": "compute capabilities, e.g. '90' (default: every one the installed nvcc supports, "
+                         "the newest also as PTX)",
             "jobs": "parallel compile jobs, 1 to 4096 (default: all cores)", "source": "folder or URL with the tarballs",
             "cmake_arg": "extra CMake argument (repeatable), e.g. -DUSE_OPENCV=OFF for a small bundle",
             "test_suite": "also build Caffe's test suite, run its CPU half here (everything where a GPU is) and "
                           "keep it for a GPU machine (benchmarks/gpu_proof.py)"})
-def compile_check_(c: Context, cuda_arch: str = "75 80 86 89 90", jobs: str | None = None,
+def compile_check_(c: Context, cuda_arch: str = "", jobs: str | None = None,
                    source: str | None = None, cmake_arg: list[str] | None = None, test_suite: bool = False) -> None:
     """Compile-only GPU build (CUDA 13 nvcc, cuDNN 9, NCCL 2 from PyPI wheels), into a side prefix."""
     from caffetool.engine.compile_check import compile_check  # noqa: PLC0415
 
     workers = bounded(jobs, "--jobs", settings.JOBS)
-    r = compile_check(tuple(cuda_arch.split()), workers, pick(source, c.engine.source),
+    r = compile_check(cudaarch.parse(cuda_arch), workers, pick(source, c.engine.source),
                       tuple(cmake_arg or ()), test_suite=test_suite)
     print(f"built in {r.seconds:.0f} s into {r.prefix} (not linked into Python)")
     print(f"CUDA objects compiled: {r.cu_objects}")
+    print(f"device code in libcaffe: {r.device_code}")
     print(f"caffe --version: {r.version}")
     print(f"caffe device_query -gpu 0: {r.device_query}")
 

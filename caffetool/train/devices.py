@@ -3,7 +3,8 @@
 ``--gpu`` takes ``auto`` (GPUs when the engine has CUDA and some are visible, else the CPU),
 ``cpu``, ``all`` or a list of ids (``0,1``). Asking for GPUs from a CPU-only engine, or for several
 GPUs from an engine without NCCL (Caffe would die with "Multi-GPU execution not available"), is
-refused before anything runs, with the reason and the fix. The visible GPUs are those
+refused before anything runs, with the reason and the fix, and so is a GPU the engine carries no
+kernels for (its compute capability against the engine's recorded device code). The visible GPUs are those
 ``locate(..., gpus=True)`` lists into ``EngineInfo.gpus``.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from caffetool.engine import EngineInfo
+from caffetool.engine import EngineInfo, cudaarch
 from caffetool.errors import ConfigError
 
 
@@ -54,9 +55,23 @@ def choose(engine: EngineInfo, request: str = "auto") -> Devices:
         raise ConfigError(f"--gpu {request} needs multi-GPU training, which this engine lacks (built "
                           "without NCCL; Caffe would stop with 'Multi-GPU execution not available'); "
                           "rebuild with `caffetool engine.install --cuda --nccl --force`, or pick one GPU")
+    notes = runs_on_cards(engine, ids)
     flag = ["-gpu", "all" if request == "all" else ",".join(map(str, ids))]
     names = sorted({gpus[i].split(":", 1)[-1].split("(UUID")[0].strip() for i in ids})
-    return Devices(flag, f"GPU {','.join(map(str, ids))} ({len(ids)} x {', '.join(names)})", True)
+    return Devices(flag, f"GPU {','.join(map(str, ids))} ({len(ids)} x {', '.join(names)})", True,
+                   notice="; ".join(notes) or None)
+
+
+def runs_on_cards(engine: EngineInfo, ids: list[int]) -> list[str]:
+    """Refuse GPUs the engine has no kernels for (:func:`caffetool.engine.cudaarch.check_card`),
+    naming the install that fixes it; notes for cards that run only through PTX compiled at start."""
+    code = cudaarch.recorded(engine.prefix, engine.manifest)
+    options = engine.manifest.get("options", {})
+    flags = " ".join(["--cuda", *(["--cudnn"] if options.get("use_cudnn") else []),
+                      *(["--nccl"] if options.get("use_nccl") else [])])
+    listed = " ".join(code.cubins)
+    fix = f'`caffetool engine.install {flags} --cuda-arch "{listed} {{arch}}" --force`'
+    return cudaarch.check_card(code, ids, f"the engine at {engine.prefix}", fix)
 
 
 @dataclass(frozen=True)
@@ -105,5 +120,6 @@ def for_pycaffe(engine: EngineInfo, request: str | None = "cpu") -> PycaffeDevic
                           "or use --gpu cpu")
     if gpu >= len(engine.gpus):
         raise ConfigError(f"--gpu {gpu}: {len(engine.gpus)} GPU(s) visible ({', '.join(engine.gpus) or 'none'})")
+    runs_on_cards(engine, [gpu])
     name = engine.gpus[gpu].split(":", 1)[-1].split("(UUID")[0].strip()
     return PycaffeDevice(gpu, f"GPU {gpu} ({name})")
