@@ -1,12 +1,16 @@
 """The GPU proof's figures, from the raw ``results.json`` records of one or more calls.
 
 Memory estimates are recomputed here with this checkout's estimator (the nets rebuilt as the
-payload built them), so a record measured once serves every later version of the estimator.
+payload built them), so a record measured once serves every later version of the estimator. With
+cuDNN on, the workspace is sized by the algorithms the record's engine logged (cuDNN's heuristic
+picks them at run time; ``memory.estimate`` models them when no log is given, and that figure is
+shown beside), under the workspace limit that engine ran with.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,10 @@ MIB = 2**20
 # Published: BVLC's LeNet solver on MNIST, Caffe 1.0-rc5, CUDA 8, cuDNN 5.1, 4 x Tesla M40 (Dell EMC
 # PowerEdge C4130 walkthrough).
 PUBLISHED_M40 = {"seconds": 32, "accuracy": 0.9909, "gpu_util": 84}
+# CAFFE_CUDNN_WORKSPACE_MB's default in the engine a record ran, by the sha256 of its patch 0006
+# (the record's install.patches): 256 MiB in the patch as committed in c0db3f5 and 72937fb.
+WORKSPACE_DEFAULT_MB = {"3af6ad7b46ed6f932e5718ca17622fea91483b5bccebed4dda2cfbb2a408cf84": 256.0,
+                        "fc2e703d931ec6aece0f5435f31b263631b435bc760b6bdb674b3a79e3423cc7": 256.0}
 
 
 def load(paths: list[Path]) -> dict:
@@ -26,18 +34,40 @@ def load(paths: list[Path]) -> dict:
     return merged
 
 
-def estimates(names: list[tuple[str, int]]) -> dict[str, dict[str, int]]:
-    """``memory.estimate --mode gpu`` (cuDNN on and off) of each memory net, as built for the payload."""
+def workspace_limit(r: dict) -> float | None:
+    """The cuDNN workspace limit (MiB) the record's engine ran with; None: the limit in force here."""
+    for patch in r.get("install", {}).get("patches", []):
+        if patch.get("name", "").startswith("0006-"):
+            return WORKSPACE_DEFAULT_MB.get(patch.get("sha256"))
+    return None
+
+
+def logged_needs(entry: dict) -> dict[tuple[str, str], int]:
+    """(layer, cuDNN call) -> workspace bytes, from a memory step's logged choices (steps.cudnn_choices)."""
+    needs: dict[tuple[str, str], int] = {}
+    for choice in entry.get("cudnn", []):
+        key = (choice["layer"], choice["direction"])
+        needs[key] = max(needs.get(key, 0), choice["bytes"])
+    return needs
+
+
+def estimates(names: list[tuple[str, int]], r: dict) -> dict[str, dict[str, int]]:
+    """``memory.estimate --mode gpu`` of each memory net as built for the payload: cuDNN off
+    (``caffe``), cuDNN on with the workspace as the record logged it (``cudnn``) and as modelled
+    without a log (``cudnn_model``)."""
     from caffetool.engine import import_caffe, locate
     from caffetool.memory import estimate as est
 
     caffe = import_caffe(locate(probe=False))
+    limit = workspace_limit(r)
     out = {}
     for name, batch in names:
         net, shape, _ = proof_nets.train_net(caffe, name, batch)
-        out[name] = {variant: est.estimate(net, est.Options(mode="gpu", cudnn=variant == "cudnn", solver="SGD",
-                                                            input_shape=shape)).total
-                     for variant in ("cudnn", "caffe")}
+        options = est.Options(mode="gpu", solver="SGD", input_shape=shape, cudnn_workspace_mb=limit)
+        logged = logged_needs(r.get(f"memory_{name}_cudnn", {}))
+        out[name] = {"cudnn": est.estimate(net, replace(options, cudnn=True, cudnn_choices=logged)).total,
+                     "caffe": est.estimate(net, options).total,
+                     "cudnn_model": est.estimate(net, replace(options, cudnn=True)).total}
     return out
 
 
@@ -69,12 +99,16 @@ def lines(r: dict, estimated: dict[str, dict[str, int]] | None) -> list[str]:
                 out.append(f"{key}: +{(x['used'] - base) / MIB:,.1f} MiB over the baseline, "
                            f"cuDNN workspace {x.get('workspace', 0) / MIB:,.1f} MiB")
         for name, figures in (estimated or {}).items():
-            for variant, estimate in figures.items():
+            for variant in ("cudnn", "caffe"):
                 x = r.get(f"memory_{name}_{variant}", {})
                 if "used" in x:
                     measured = x["used"] - base
-                    out.append(f"memory {name} b{x['batch']} {variant}: estimate {estimate / MIB:,.1f} MiB, measured "
-                               f"{measured / MIB:,.1f} MiB, error {100 * (estimate - measured) / measured:+.1f}%")
+                    line = (f"memory {name} b{x['batch']} {variant}: estimate {figures[variant] / MIB:,.1f} MiB, "
+                            f"measured {measured / MIB:,.1f} MiB, error {_error(figures[variant], measured)}")
+                    if variant == "cudnn":
+                        line += (f" (workspace as logged; modelled: {figures['cudnn_model'] / MIB:,.1f} MiB, "
+                                 f"{_error(figures['cudnn_model'], measured)})")
+                    out.append(line)
     suite = r.get("caffe_test_suite", {})
     if "tests_run" in suite:
         finished = (f"{suite['tests_ok']} of {suite['tests_run']} passed" if suite["tests_run"] else
@@ -93,8 +127,12 @@ def lines(r: dict, estimated: dict[str, dict[str, int]] | None) -> list[str]:
     return out
 
 
+def _error(estimate: int, measured: int) -> str:
+    return f"{100 * (estimate - measured) / measured:+.1f}%"
+
+
 def report(paths: list[Path], with_estimates: bool = True) -> None:
     r = load(paths)
     measured = [(name, batch) for name, batch in proof_nets.MEMORY_NETS if f"memory_{name}_cudnn" in r]
-    estimated: Any = estimates(measured) if with_estimates and measured else None
+    estimated: Any = estimates(measured, r) if with_estimates and measured else None
     print("\n".join(lines(r, estimated)))

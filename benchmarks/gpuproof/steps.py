@@ -407,7 +407,8 @@ def one_step(proof: Proof, name: str, net: str, test: bool = False) -> dict:
     (folder / "net.prototxt").write_text(net)
     tests = "test_iter: 1 test_interval: 1000 test_initialization: true " if test else ""
     (folder / "solver.prototxt").write_text(f'net: "net.prototxt" {tests}base_lr: 0.001 lr_policy: "fixed" '
-                                            'momentum: 0.9 max_iter: 1 snapshot_after_train: false solver_mode: GPU')
+                                            f'momentum: 0.9 max_iter: {gpumeasure.STEPS} snapshot_after_train: false '
+                                            'solver_mode: GPU')
     try:
         used = gpumeasure.peak_of_one_step(proof.caffe, folder, 0, gpumeasure.nvml(), proof.env)
     finally:

@@ -15,14 +15,21 @@ from the same net — after a test pass; ``test_net=False`` leaves it out) or ru
   batches, 4 by default);
 * per-layer buffers, from each layer's rule (:mod:`caffetool.memory.layers`), each only if the step
   that first touches it runs; an RNN's or LSTM's unrolled net, accounted like a net of its own;
-* GPU mode: all of the above on the device, prefetch batches also in pinned host memory; with
-  cuDNN, a convolution's workspace instead of its im2col columns, and the handles: on caffetool's
-  engine (patch 0006) one handle and one workspace for the whole net (the thread's, shared by its
-  layers; the workspace as large as the largest single need), on a stock engine each layer's own
-  (three handles and a workspace per group of a convolution, one handle for other layers);
+* GPU mode: all of the above on the device, prefetch batches also in pinned host memory, each
+  allocation in CUDA's 2 MiB pages (large ones in whole pages, small ones packed); with cuDNN, each
+  layer as cuDNN's class allocates (a convolution without im2col columns, and its input's gradient
+  only when it propagates; LRN without ``scale_``; Softmax without its scratch), cuDNN's workspace
+  and handles: on caffetool's engine (patch 0006) one workspace for both nets, the largest single
+  need of the calls that run (as the engine's log gives it, ``Options.cudnn_choices``, or modelled),
+  capped by the limit, on a stock engine each layer's own handles and workspace
+  (:mod:`caffetool.memory.device`);
 * CPU mode: glibc's own rounding of each allocation (16-byte chunks, whole pages above 128 KiB) and
   Caffe's own objects per layer and blob (``OBJECT_BYTES``, measured), so the figure can be
   compared with what malloc reports.
+
+On a GPU the figure is what the net adds to the card's memory over a process that holds only the
+CUDA context and cuBLAS (:mod:`caffetool.memory.reserve`), at the end of the training step, when
+everything is allocated: the solver's history is allocated last, by the first update.
 
 A layer no rule models is estimated as far as possible and named: the total is then a lower bound
 (``Estimate.lower_bound``). A net Caffe could not build is refused rather than estimated: Caffe's
@@ -33,14 +40,15 @@ past that limit is named with the largest batch that stays within it.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from caffetool.choices import INT32_MAX, choose
 from caffetool.engine import cudnn_settings
 from caffetool.errors import ConfigError, NetError
+from caffetool.memory import device, parallel
 from caffetool.memory import graph as graphs
-from caffetool.memory import parallel
 from caffetool.memory.info import Buffer, Shape, count
 
 HISTORY = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
@@ -50,17 +58,6 @@ HISTORY = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "
 # history blobs and the gradient, so on a GPU the scratch blobs are never allocated.
 SCRATCH = {"cpu": {"SGD": 0, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 1},
            "gpu": {"SGD": 0, "Nesterov": 0, "AdaGrad": 0, "RMSProp": 0, "AdaDelta": 0, "Adam": 0}}
-CUDNN_STREAMS_PER_GROUP = 3  # cudnn_conv_layer.cpp
-CUDNN_CONV = ("CuDNNConvolution", "CuDNNDeconvolution")
-# Largest workspace one convolution's algorithm may take on a stock engine (MiB), per layer and group;
-# caffetool's engine reads its limit for its one shared workspace from CAFFE_CUDNN_WORKSPACE_MB
-# (caffetool.engine.cudnn_settings).
-STOCK_WORKSPACE_MB = 8.0
-# Measured on an H100 (benchmarks/RESULTS.md, "1, 4 and 16 convolutions", raw record
-# benchmarks/gpu/h100-memory.json): +30.0 MiB for 1 cuDNN convolution, +114.0 for 4, +448.0 for 16;
-# the slope (448.0 - 30.0) / 15 MiB per layer, each layer opening 3 handles and streams (group 1).
-CUDNN_LAYER_MIB = (448.0 - 30.0) / 15
-CUDNN_HANDLE_BYTES = int(CUDNN_LAYER_MIB * 2**20 / CUDNN_STREAMS_PER_GROUP)
 # Caffe's own objects on the host, per layer instance (the Layer, its LayerParameter copy, vectors and
 # names), per Blob object (the Blob, its two SyncedMemory heads and its shape array) beyond the
 # bytes it holds, per top blob, and per learnable parameter (the parameter blob and the solver's
@@ -91,6 +88,9 @@ class Options:
     iter_size: int = 1
     cudnn: bool = False
     cudnn_workspace_mb: float | None = None  # None: the limit in force (caffetool.engine.cudnn_settings)
+    # (layer, cuDNN call) -> workspace bytes the engine logged for its choice (device.logged_needs, from
+    # a run of the same net and batch); calls not in it are modelled
+    cudnn_choices: Mapping[tuple[str, str], int] | None = field(default=None, repr=False)
     input_shape: Shape | None = None
     test_net: bool = True  # training: count the solver's TEST net (its activations; weights shared)
     # A solver's test nets, each with the ``state`` Caffe gives it (all live at once); None: the TEST
@@ -137,7 +137,7 @@ class Estimate:
     test_rows: list[Row]
     groups: dict[str, int]
     host_pinned: int
-    allocator: int
+    allocator: int  # CPU: glibc's rounding and Caffe's objects; GPU: CUDA's pages
     allocations: list[int] = field(default_factory=list)
     params: int = 0
     macc: int = 0
@@ -188,14 +188,15 @@ def estimate(net: Any, options: Options, text: str | None = None, source: str = 
         unmodelled += [u for u in test.unmodelled if u[:2] not in {m[:2] for m in unmodelled}]
         not_counted += [n for n in test.not_counted if n not in not_counted]
     if o.mode == "gpu" and o.cudnn and o.tuned:
-        _book_shared_cudnn(list(zip(nodes, rows + test_rows)), o)
+        in_train = [training] * len(rows) + [False] * len(test_rows)
+        _book_shared_cudnn(list(zip(nodes, rows + test_rows, in_train)), o, ledger)
     groups = {
         "model": sum(r.param_bytes + r.grad_bytes + r.history_bytes for r in rows + test_rows),
         "feature maps": sum(r.data_bytes for r in rows + test_rows) + ledger.prefetch_device,
         "gradient maps": sum(r.diff_bytes for r in rows + test_rows),
         "workspace": sum(r.scratch_bytes for r in rows + test_rows),
     }
-    allocator = ledger.allocator_overhead() if o.mode == "cpu" else 0
+    allocator = ledger.allocator_overhead() if o.mode == "cpu" else device.page_rounding(ledger.sizes)
     return Estimate(o, rows, test_rows, groups, ledger.pinned, allocator, ledger.sizes,
                     graphs.param_count(main), sum(r.macc for r in rows), time.perf_counter() - start,
                     unmodelled, not_counted)
@@ -233,7 +234,7 @@ def _elements(shape: Shape) -> str:
 
 
 class _Ledger:
-    """Every allocation, so glibc's per-allocation rounding can be added up."""
+    """Every allocation, so glibc's (CPU) or CUDA's (GPU) per-allocation rounding can be added up."""
 
     def __init__(self, float_size: int) -> None:
         self.float_size = float_size
@@ -243,7 +244,10 @@ class _Ledger:
         self.objects = 0  # Caffe's bookkeeping on the host (OBJECT_BYTES)
 
     def take(self, elements: int, itemsize: int = 4) -> int:
-        size = elements * (self.float_size if itemsize > 0 else 4)
+        return self.take_bytes(elements * (self.float_size if itemsize > 0 else 4))
+
+    def take_bytes(self, size: int) -> int:
+        """One allocation of ``size`` bytes whatever ``--dtype`` (cuDNN's workspace)."""
         if size:
             self.sizes.append(size)
         return size
@@ -277,7 +281,7 @@ def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forw
     gpu = o.mode == "gpu"
     rows: list[Row] = []
     seen_data: set[str] = set()
-    diffs = _diff_keys(g, train_net and backward_runs, gpu)
+    diffs = _diff_keys(g, train_net and backward_runs, gpu, o.cudnn)
     counted_diffs: set[str] = set()
     for node in g.nodes:
         top_shape = g.shapes[node.tops[0]] if node.tops else ()
@@ -305,16 +309,15 @@ def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forw
             if key in diffs and key not in counted_diffs:
                 counted_diffs.add(key)
                 row.diff_bytes += ledger.take(count(g.shapes[blob]))
-        cudnn = gpu and o.cudnn and node.info.cudnn is not None
-        for buf in _buffers(node, o):
-            if cudnn and node.info.cudnn in CUDNN_CONV and buf.name in ("col_buffer", "bias_multiplier"):
-                continue  # cudnn_conv_layer.cu: cuDNN's own kernels, no columns; cudnnAddTensor for the bias
+        cudnn = _cudnn(node, o)
+        for buf in _buffers(node, o, cudnn):
             if buf.param is not None and node.lr_mults[buf.param] == 0:
                 continue
             if _runs(buf.when, train_net and backward_runs, node.need_backward, gpu, any(node.bottom_need)):
                 row.scratch_bytes += ledger.take(buf.count, buf.itemsize)
         if cudnn and not o.tuned:
-            row.scratch_bytes += _stock_cudnn_bytes(node, o)
+            handles, workspace = device.stock_bytes(node, o.cudnn_workspace_mb)
+            row.scratch_bytes += handles + ledger.take_bytes(workspace)
         if node.inner is not None:
             for inner in _account(node.inner, o, ledger, train_net, forward, True, node.need_backward):
                 row.data_bytes += inner.data_bytes
@@ -324,9 +327,17 @@ def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forw
     return rows
 
 
-def _buffers(node: graphs.Node, o: Options) -> list[Buffer]:
-    """The layer's buffers in this engine: a convolution of the OpenMP engine, on the CPU, adds its
-    threads' scratch and may leave ``col_buffer_`` to the GPU code (:mod:`caffetool.memory.parallel`)."""
+def _cudnn(node: graphs.Node, o: Options) -> bool:
+    """Whether Caffe's layer factory makes this layer a cuDNN class in this run."""
+    return o.mode == "gpu" and o.cudnn and node.info.cudnn is not None
+
+
+def _buffers(node: graphs.Node, o: Options, cudnn: bool = False) -> list[Buffer]:
+    """The layer's buffers in this engine: cuDNN's class keeps its own set; a convolution of the
+    OpenMP engine, on the CPU, adds its threads' scratch and may leave ``col_buffer_`` to the GPU
+    code (:mod:`caffetool.memory.parallel`)."""
+    if cudnn:
+        return [b for b in node.info.buffers if b.name not in node.info.cudnn_unused] + node.info.cudnn_buffers
     work = node.info.conv_work
     if not o.tuned or o.mode != "cpu" or work is None:
         return node.info.buffers
@@ -358,11 +369,11 @@ def _account_source(node: graphs.Node, g: graphs.Graph, gpu: bool, ledger: _Ledg
                 row.data_bytes += batches
 
 
-def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool) -> set[str]:
+def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool, cudnn: bool = False) -> set[str]:
     """The gradient allocations Caffe makes: loss tops (``SetLossWeights`` at set-up), blobs a
     forward pass uses as scratch, and in backward every top of a layer that back-propagates and
-    the bottoms it writes (``LayerInfo.bottom_diff``; ``always``: the layer takes the gradient
-    before it looks at ``propagate_down``)."""
+    the bottoms it writes (``LayerInfo.bottom_diff``, or a cuDNN class's own policy; ``always``:
+    the layer takes the gradient before it looks at ``propagate_down``)."""
     keys: set[str] = set()
 
     def add(blob: str) -> None:
@@ -385,6 +396,8 @@ def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool) -> set[str]:
             for blob in node.tops:
                 add(blob)
         policy = node.info.bottom_diff
+        if gpu and cudnn and node.info.cudnn is not None and node.info.cudnn_bottom_diff is not None:
+            policy = node.info.cudnn_bottom_diff
         for k, blob in enumerate(node.bottoms):
             rule = policy if isinstance(policy, str) else (policy[k] if k < len(policy) else "propagate")
             if rule == "always" or (rule == "propagate" and node.bottom_need[k]):
@@ -392,47 +405,30 @@ def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool) -> set[str]:
     return keys
 
 
-def _workspace_need(node: graphs.Node, limit: int, groups: int = 1) -> int:
-    """What one cuDNN convolution's algorithm is taken to need: one image's im2col columns (of
-    ``groups`` groups; what the GEMM-based algorithms work in), capped at ``limit``. cuDNN's choice
-    is made at run time and is not known here."""
-    columns = sum(b.count for b in node.info.buffers if b.name == "col_buffer") * 4
-    return min(limit, columns // node.info.group * groups)
-
-
-def _stock_cudnn_bytes(node: graphs.Node, o: Options) -> int:
-    """A stock engine's cuDNN layer (BVLC's cudnn_*_layer.cpp): its handles (``cudnnCreate``; a
-    convolution opens ``CUDNN_STREAMS_PER_GROUP`` per group, every other cuDNN layer one) and a
-    convolution's workspace (``Reshape``: the largest per-algorithm need, at most 8 MiB, times group
-    x 3). A handle costs what the measured convolutions cost divided by their three handles
-    (``CUDNN_HANDLE_BYTES``)."""
-    if node.info.cudnn in CUDNN_CONV:
-        streams = node.info.group * CUDNN_STREAMS_PER_GROUP
-        limit = int((o.cudnn_workspace_mb or STOCK_WORKSPACE_MB) * 2**20)
-        return streams * (CUDNN_HANDLE_BYTES + _workspace_need(node, limit))
-    return CUDNN_HANDLE_BYTES
-
-
-def _book_shared_cudnn(layers: list[tuple[graphs.Node, Row]], o: Options) -> None:
-    """caffetool's engine (patch 0006): one cuDNN handle for the thread and one workspace as large as
-    the largest single need (a convolution runs all its groups in one call), booked on the layer
-    that has it — the training and test nets run on the same thread, so they share both."""
+def _book_shared_cudnn(layers: list[tuple[graphs.Node, Row, bool]], o: Options, ledger: _Ledger) -> None:
+    """caffetool's engine (patch 0006): one workspace for the thread, as large as the largest single
+    need of the cuDNN convolution calls that run (the training and test nets run on the same
+    thread, so they share it), booked on the layer that needs it, and what cuDNN's convolutions
+    cost once (:data:`caffetool.memory.device.CUDNN_CONV_BYTES`); the handle itself costs nothing
+    measurable."""
     limit = int((cudnn_settings.workspace_mb() if o.cudnn_workspace_mb is None else o.cudnn_workspace_mb) * 2**20)
-    placed = [(node, row) for node, row in layers if node.info.cudnn is not None]
-    if not placed:
+    convolutions = [(node, row, train) for node, row, train in layers if node.info.cudnn in device.CUDNN_CONV]
+    if not convolutions:
         return
-    placed[0][1].scratch_bytes += CUDNN_HANDLE_BYTES
-    convolutions = [(node, row) for node, row in placed if node.info.cudnn in CUDNN_CONV]
-    if convolutions:
-        node, row = max(convolutions, key=lambda pair: _workspace_need(pair[0], limit, pair[0].info.group))
-        row.scratch_bytes += _workspace_need(node, limit, node.info.group)
+    convolutions[0][1].scratch_bytes += device.CUDNN_CONV_BYTES
+    index, size = device.shared_workspace([(node, train) for node, _, train in convolutions], limit, o.cudnn_choices)
+    convolutions[index][1].scratch_bytes += ledger.take_bytes(size)
 
 
 def per_sample(net: Any, options: Options, text: str | None = None) -> tuple[int, int]:
     """(fixed, per-sample bytes): memory = fixed + batch x per-sample, from batches of 2 and 3 (the
-    OpenMP engine convolves a batch of 1 image by image, of 2 or more in chunks)."""
+    OpenMP engine convolves a batch of 1 image by image, of 2 or more in chunks). On a GPU the line
+    leaves out CUDA's pages, a step function of the batch: they add less than 2 MiB per allocation."""
     from dataclasses import replace  # noqa: PLC0415
 
-    two = estimate(net, replace(options, batch=2), text).total
-    three = estimate(net, replace(options, batch=3), text).total
+    def size(batch: int) -> int:
+        e = estimate(net, replace(options, batch=batch), text)
+        return e.total - e.allocator if options.mode == "gpu" else e.total
+
+    two, three = size(2), size(3)
     return two - 2 * (three - two), three - two

@@ -1,12 +1,13 @@
-"""Device memory the real engine uses on a GPU: NVML read while ``caffe train`` takes one step.
+"""Device memory the real engine uses on a GPU: NVML read while ``caffe train`` takes two steps.
 
 The figure is NVML's memory in use on the card (``nvmlDeviceGetMemoryInfo``), sampled every
-2 ms while the ``caffe`` binary builds the solver, runs the TEST net once and takes one training
-step, at its peak, less the same peak for a one-layer net run the same way. The difference drops
+2 ms while the ``caffe`` binary builds the solver, runs the TEST net once and takes two training
+steps (:data:`STEPS`: the second holds what the first update allocates), at its peak, less the same peak for a one-layer net run the same way. The difference drops
 what every Caffe process pays whatever its net (the CUDA context, cuBLAS and cuRAND handles:
 about 600 MiB on an H100 with CUDA 13) and keeps what the net costs — blobs, parameters, solver
 history, cuDNN workspaces and handles. This is how ``benchmarks/gpu_proof.py`` measured the
-figures in ``benchmarks/RESULTS.md``.
+figures in ``benchmarks/RESULTS.md`` (the records of 2026-11-27 and before took one step, which
+can miss the solver's history: see ``benchmarks/RESULTS.md``).
 
 Limits: memory is read for the whole card, so another process allocating on the same GPU during
 the run disturbs the figure (the card must be otherwise idle; one that is not is refused); a
@@ -27,12 +28,17 @@ from caffetool.errors import ConfigError, RunError, SystemDependencyError
 from caffetool.proc import exit_status, last_lines
 
 PERIOD_S = 0.002
+# Training steps a measurement takes on the GPU: the solver's history blobs are allocated lazily by
+# the first update (``SGDSolver::ComputeUpdateValue`` is their first use), about a millisecond before
+# a one-step run frees everything and exits, shorter than NVML's sampling period; a second step holds
+# them through a whole forward and backward pass.
+STEPS = 2
 BASELINE_NET = (
     'layer { name: "d" type: "DummyData" top: "d" top: "l" dummy_data_param { shape { dim: 1 dim: 2 } '
     'shape { dim: 1 } } } layer { name: "ip" type: "InnerProduct" bottom: "d" top: "ip" '
     'inner_product_param { num_output: 2 } } layer { name: "loss" type: "SoftmaxWithLoss" '
     'bottom: "ip" bottom: "l" top: "loss" }')
-BASELINE_SOLVER = ('net: "net.prototxt" base_lr: 0.001 lr_policy: "fixed" momentum: 0.9 max_iter: 1 '
+BASELINE_SOLVER = (f'net: "net.prototxt" base_lr: 0.001 lr_policy: "fixed" momentum: 0.9 max_iter: {STEPS} '
                    'snapshot_after_train: false solver_mode: GPU')
 
 

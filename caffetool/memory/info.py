@@ -44,7 +44,10 @@ class LayerInfo:
     net's blob, counted with that net.
     ``inner``: a NetParameter Caffe builds and runs inside the layer (RNN, LSTM), with ``inner_external``
     the names of its blobs that share the layer's bottoms.
-    ``cudnn``: with ``--cudnn`` on a GPU, the cuDNN class Caffe's layer factory picks instead.
+    ``cudnn``: with ``--cudnn`` on a GPU, the cuDNN class Caffe's layer factory picks instead, and
+    how that class differs from Caffe's own: ``cudnn_unused`` names the buffers it never puts on the
+    device, ``cudnn_buffers`` are its own, ``cudnn_bottom_diff`` its gradient policy (None: the same),
+    ``cudnn_work`` a convolution's modelled workspace per direction (:mod:`caffetool.memory.device`).
     """
 
     tops: list[Shape]
@@ -61,6 +64,12 @@ class LayerInfo:
     forward_diff: tuple[int, ...] = ()  # bottoms whose gradient blob the forward pass uses as scratch
     gpu_forward_diff: tuple[int, ...] = ()  # the same, only in ``Forward_gpu``
     conv_work: Any = None  # a convolution's sizes for the OpenMP engine's scratch (memory.parallel)
+    cudnn_unused: tuple[str, ...] = ()
+    cudnn_buffers: list[Buffer] = field(default_factory=list)
+    cudnn_bottom_diff: str | tuple[str, ...] | None = None
+    # direction ("forward", "backward filter", "backward data") -> workspace bytes of the algorithms
+    # cuDNN is expected to rank first, in order; the first within the limit is taken
+    cudnn_work: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 INSIDE = -1

@@ -23,12 +23,24 @@ def _softmax_buffers(shape: Shape, axis: int, prefix: str = "") -> list[Buffer]:
             Buffer(f"{prefix}scale", count(shape) // shape[axis], FORWARD)]
 
 
+# cudnn_softmax_layer.cu: cudnnSoftmaxForward/Backward need no ``scale_``, and ``sum_multiplier_``, which
+# SoftmaxLayer::Reshape fills on the CPU, is never read on the device.
+CUDNN_SOFTMAX_UNUSED = ("scale", "sum_multiplier")
+
+
+def _cudnn_softmax(layer: Any) -> str | None:
+    """layer_factory.cpp GetSoftmaxLayer: cuDNN's class unless the layer asks for Caffe's engine
+    (a loss layer's inner Softmax is made from a copy of the loss layer's parameters)."""
+    return "CuDNNSoftmax" if layer.softmax_param.engine != 1 else None
+
+
 def softmax(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
-    """softmax_layer.cpp: backward writes the bottom's gradient without checking ``propagate_down``."""
+    """softmax_layer.cpp: backward writes the bottom's gradient without checking ``propagate_down``
+    (cudnn_softmax_layer.cu checks it)."""
     shape = bottoms[0]
     axis = axis_index(layer.softmax_param.axis, shape)
     return LayerInfo([shape], [], 3 * count(shape), _softmax_buffers(shape, axis), bottom_diff="always",
-                     cudnn="CuDNNSoftmax" if layer.softmax_param.engine != 1 else None)
+                     cudnn=_cudnn_softmax(layer), cudnn_unused=CUDNN_SOFTMAX_UNUSED, cudnn_bottom_diff="propagate")
 
 
 def softmax_loss(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
@@ -37,8 +49,8 @@ def softmax_loss(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     ``LossLayer::LayerSetUp`` added ``loss_weight: 1`` (lines 13-14), so its own set-up (layer.hpp:389,
     ``SetLossWeights``) fills ``prob_``'s gradient with the weight: a second blob of the input's
     size, in the TEST net too. softmax_loss_layer.cu ``Forward_gpu`` also uses the input's
-    gradient as per-item loss scratch. The inner layer comes from the layer registry, so with
-    cuDNN it is a ``CuDNNSoftmaxLayer`` (one handle)."""
+    gradient as per-item loss scratch, and ``prob_``'s gradient as the count scratch. The inner layer
+    comes from the layer registry, so with cuDNN it is a ``CuDNNSoftmaxLayer`` (one handle)."""
     shape = bottoms[0]
     axis = axis_index(layer.softmax_param.axis, shape)
     blob = count(shape)
@@ -46,7 +58,8 @@ def softmax_loss(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     if not layer.loss_weight or layer.loss_weight[0]:
         buffers.append(Buffer("prob.diff", blob, SETUP))
     return LayerInfo([()] + [shape] * (len(layer.top) - 1), [], 3 * blob, buffers, alias={1: INSIDE},
-                     bottom_diff=("propagate", "none"), gpu_forward_diff=(0,), cudnn="CuDNNSoftmax")
+                     bottom_diff=("propagate", "none"), gpu_forward_diff=(0,), cudnn=_cudnn_softmax(layer),
+                     cudnn_unused=tuple(f"softmax.{name}" for name in CUDNN_SOFTMAX_UNUSED))
 
 
 def sigmoid_cross_entropy_loss(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
@@ -88,7 +101,8 @@ def infogain_loss(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     if len(bottoms) < 3:
         buffers.append(Buffer("infogain", labels * labels, SETUP))
     return LayerInfo([()] + [shape] * (len(layer.top) - 1), [], 3 * count(shape), buffers, alias={1: INSIDE},
-                     bottom_diff=("propagate", "none", "none"), cudnn="CuDNNSoftmax")
+                     bottom_diff=("propagate", "none", "none"), cudnn=_cudnn_softmax(layer),
+                     cudnn_unused=tuple(f"softmax.{name}" for name in CUDNN_SOFTMAX_UNUSED))
 
 
 def contrastive_loss(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
@@ -107,13 +121,15 @@ def multinomial_logistic_loss(layer: Any, bottoms: list[Shape], phase: str) -> L
 
 def accuracy(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     """accuracy_layer.cpp: a scalar top; with a second top, per-class accuracies and their counts
-    ``nums_buffer_`` (one per class). No backward."""
+    ``nums_buffer_`` (one per class). No backward. accuracy_layer.cu ``Forward_gpu`` works in the
+    scores' gradient, and counts in the labels' gradient or, with a second top, in ``nums_buffer_``
+    reshaped like the scores."""
     shape = bottoms[0]
     classes = shape[axis_index(layer.accuracy_param.axis, shape)]
     if len(layer.top) > 1:
-        return LayerInfo([(), (classes,)], [], count(shape), [Buffer("nums_buffer", classes, FORWARD)],
-                         bottom_diff="none")
-    return LayerInfo([()], [], count(shape), bottom_diff="none")
+        buffers = [Buffer("nums_buffer", classes, "cpu-" + FORWARD), Buffer("nums_buffer", count(shape), GPU_FORWARD)]
+        return LayerInfo([(), (classes,)], [], count(shape), buffers, bottom_diff="none", gpu_forward_diff=(0,))
+    return LayerInfo([()], [], count(shape), bottom_diff="none", gpu_forward_diff=(0, 1))
 
 
 LOSS_TYPES = {"SoftmaxWithLoss", "SigmoidCrossEntropyLoss", "EuclideanLoss", "HingeLoss", "InfogainLoss",

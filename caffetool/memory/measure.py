@@ -98,7 +98,8 @@ def measure_project(engine: EngineInfo, caffe: Any, loaded: Any, solver_type: st
     pb = caffe.proto.caffe_pb2
     s = loaded.solver
     s.type = solver_type
-    s.max_iter, s.test_interval, s.test_initialization, s.snapshot, s.snapshot_after_train = 1, 1000, True, 0, False
+    s.max_iter = gpumeasure.STEPS if mode == "gpu" else 1
+    s.test_interval, s.test_initialization, s.snapshot, s.snapshot_after_train = 1000, True, 0, False
     s.solver_mode = pb.SolverParameter.GPU if mode == "gpu" else pb.SolverParameter.CPU
     if s.test_iter:
         s.test_iter[:] = [1] * len(s.test_iter)  # one batch allocates what any number does
@@ -135,7 +136,8 @@ def prepare(folder: Path, caffe: Any, net: Any, solver_type: str, input_shape: t
             layer.data_param.backend = pb.DataParameter.LMDB
     (folder / "net.prototxt").write_text(str(net))
     solver_mode = pb.SolverParameter.GPU if mode == "gpu" else pb.SolverParameter.CPU
-    solver = pb.SolverParameter(net="net.prototxt", base_lr=0.001, lr_policy="fixed", max_iter=1,
+    solver = pb.SolverParameter(net="net.prototxt", base_lr=0.001, lr_policy="fixed",
+                                max_iter=gpumeasure.STEPS if mode == "gpu" else 1,
                                 test_interval=1000, snapshot_after_train=False, solver_mode=solver_mode)
     solver.test_iter.append(1)
     if solver_type != "SGD":

@@ -25,8 +25,11 @@ def mib(n: int) -> str:
 
 def estimate_json(name: str, e: Estimate, fixed: int, per_sample: int) -> dict[str, Any]:
     """The whole estimate as one JSON-ready dict (``memory.estimate --json``)."""
-    options = {k: v for k, v in vars(e.options).items() if k != "test_nets"}
+    options = {k: v for k, v in vars(e.options).items() if k not in ("test_nets", "cudnn_choices")}
     options["test_nets"] = None if e.options.test_nets is None else len(e.options.test_nets)
+    choices = e.options.cudnn_choices
+    options["cudnn_choices"] = None if choices is None else [
+        {"layer": layer, "call": call, "bytes": size} for (layer, call), size in sorted(choices.items())]
     return {"net": name, "options": options, "rows": [asdict(r) for r in e.rows],
             "test_rows": [asdict(r) for r in e.test_rows], "groups": e.groups, "allocator": e.allocator,
             "host_pinned": e.host_pinned, "total": e.total, "lower_bound": e.lower_bound,
@@ -68,14 +71,18 @@ def _row(r: Row) -> str:
 
 def _totals(e: Estimate, fixed: int, per_sample: int) -> list[str]:
     lines = [f"  {group:<14} {mib(size):>12} MiB" for group, size in e.groups.items()]
-    if e.allocator:
+    if e.options.mode == "gpu":
+        lines.append(f"  {'CUDA pages':<14} {mib(e.allocator):>12} MiB (2 MiB pages: large blobs in whole pages, "
+                     "small ones packed)")
+    elif e.allocator:
         lines.append(f"  {'malloc+objects':<14} {mib(e.allocator):>12} MiB (glibc's rounding, Caffe's own objects)")
     if e.host_pinned:
         lines.append(f"  {'pinned host':<14} {mib(e.host_pinned):>12} MiB (prefetch batches, not on the device)")
     total = f"at least {mib(e.total)}" if e.lower_bound else mib(e.total)
+    caveat = ("before CUDA's pages" if e.options.mode == "gpu" else
+              "at most that on the OpenMP engine's CPU, whose convolution scratch stops growing at 8 MiB a thread")
     lines.append(f"  {'total':<14} {total:>12} MiB  (by batch: {mib(fixed)} MiB fixed + batch x "
-                 f"{mib(per_sample)} MiB per sample; at most that on the OpenMP engine's CPU, whose "
-                 "convolution scratch stops growing at 8 MiB a thread)")
+                 f"{mib(per_sample)} MiB per sample; {caveat})")
     lines.append(f"(estimated in {e.seconds * 1e3:.1f} ms)")
     return lines
 

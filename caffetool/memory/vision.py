@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from caffetool.memory import device
 from caffetool.memory.info import (BACKWARD, FORWARD, INT, PROPAGATE, SETUP, Buffer, LayerInfo, Shape, axis_index,
                                    count, field_or)
 from caffetool.memory.parallel import ConvWork
@@ -89,7 +90,24 @@ def _conv(layer: Any, bottoms: list[Shape], transposed: bool) -> LayerInfo:
                         chunkable=not one and group == 1, one_by_one=one)
     engine = "CuDNNDeconvolution" if transposed else "CuDNNConvolution"
     cudnn = engine if p.engine != 1 and (dh, dw) == (1, 1) else None  # layer_factory.cpp: no dilation in cuDNN
-    return LayerInfo(tops, params, macc, buffers, group=group, bottom_diff="always", cudnn=cudnn, conv_work=work)
+    # cudnn_conv_layer.cu (and cudnn_deconv_layer.cu): cuDNN's kernels need no columns, cudnnAddTensor
+    # adds the bias without bias_multiplier_, and the input's gradient is taken only when it propagates
+    return LayerInfo(tops, params, macc, buffers, group=group, bottom_diff="always", cudnn=cudnn, conv_work=work,
+                     cudnn_unused=("col_buffer", "bias_multiplier"), cudnn_bottom_diff="propagate",
+                     cudnn_work=_cudnn_work(bottoms[0], tops[0], group, col, (kh, kw, sh, sw), transposed))
+
+
+def _cudnn_work(bottom: Shape, top: Shape, group: int, col: int, geometry: tuple[int, ...],
+                transposed: bool) -> dict[str, tuple[int, ...]]:
+    """The modelled workspace of each cuDNN call (:mod:`caffetool.memory.device`): one image's
+    columns, and first WINOGRAD_NONFUSED for a 3x3, stride-1 convolution's weight gradient."""
+    columns = (col * 4,)
+    work = {call: columns for call in device.CALLS}
+    if not transposed and geometry == (3, 3, 1, 1):
+        n, c = bottom[0], bottom[1]
+        _, k, ho, wo = top
+        work["backward filter"] = (device.winograd_nonfused_bytes(n, c, k, group, ho, wo), *columns)
+    return work
 
 
 def pool_output(size: int, kernel: int, stride: int, pad: int, ceil: bool) -> int:
@@ -163,12 +181,17 @@ def lrn(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
         buffers = [Buffer(f"{name}.data", blob, FORWARD) for name in ("square_output", "pool_output", "power_output")]
         buffers += [Buffer(f"{name}.diff", blob, BACKWARD) for name in
                     ("product_input", "square_input", "square_output", "pool_output", "power_output")]
+        # cudnn_lcn_layer.cpp: cudnnDivisiveNormalization* run none of the inner layers; Reshape
+        # cudaMallocs two temporaries of the input's size; Backward_gpu takes the input's gradient
         return LayerInfo([bottoms[0]], [], blob * (size * size + 3), buffers,
-                         cudnn="CuDNNLCN" if p.engine != 1 else None)
-    # layer_factory.cpp GetLRNLayer: a window wider than CUDNN_LRN_MAX_N (16) keeps Caffe's layer
+                         cudnn="CuDNNLCN" if p.engine != 1 else None, cudnn_unused=tuple(b.name for b in buffers),
+                         cudnn_buffers=[Buffer("tempData1", blob, SETUP), Buffer("tempData2", blob, SETUP)],
+                         cudnn_bottom_diff="always")
+    # layer_factory.cpp GetLRNLayer: a window wider than CUDNN_LRN_MAX_N (16) keeps Caffe's layer;
+    # cudnn_lrn_layer.cu: cudnnLRNCrossChannel* keep no scale_
     cudnn = "CuDNNLRN" if p.engine != 1 and size <= 16 else None
     return LayerInfo([bottoms[0]], [], blob * size, [Buffer("scale", blob, FORWARD)], bottom_diff="always",
-                     cudnn=cudnn)
+                     cudnn=cudnn, cudnn_unused=("scale",))
 
 
 def im2col(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
