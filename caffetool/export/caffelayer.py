@@ -30,14 +30,3 @@ class Layer:
 def axis_of(axis: int, rank: int) -> int:
     """Caffe's ``CanonicalAxisIndex``."""
     return axis + rank if axis < 0 else axis
-
-
-def per_axis(values: Any, h: Any, w: Any, has_hw: bool, spatial: int, default: int) -> list[int]:
-    """A convolution's or pooling's kernel/stride/pad per spatial axis, as Caffe reads them: the
-    ``_h``/``_w`` pair (2-D only), one value for every axis, or one per axis."""
-    if has_hw:
-        return [int(h), int(w)]
-    values = list(values) if hasattr(values, "__len__") else [values]
-    if not values:
-        return [default] * spatial
-    return [int(values[0])] * spatial if len(values) == 1 else [int(v) for v in values]

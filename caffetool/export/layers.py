@@ -27,6 +27,7 @@ from caffetool.export.caffelayer import Layer, axis_of
 from caffetool.export.graph import Graph
 from caffetool.export.normalization import batch_norm, lrn, mvn
 from caffetool.export.spatial import convolution, deconvolution, pooling
+from caffetool.nets import geometry
 
 PROD, SUM, EMAX = 0, 1, 2  # EltwiseParameter.EltwiseOp
 REDUCTIONS = {1: "ReduceSum", 2: "ReduceL1", 3: "ReduceSumSquare", 4: "ReduceMean"}  # ReductionParameter
@@ -275,13 +276,11 @@ def reshape(g: Graph, l: Layer) -> None:
 
 def crop(g: Graph, l: Layer) -> None:
     p = l.param.crop_param
-    shape, target = l.bottom_shapes[0], l.bottom_shapes[1]
-    rank = len(shape)
+    rank = len(l.bottom_shapes[0])
     axis = axis_of(p.axis, rank)
-    offsets = list(p.offset)
-    starts = [int(offsets[0] if len(offsets) == 1 else offsets[i - axis] if offsets else 0)
-              for i in range(axis, rank)]
-    ends = [s + target[i] for s, i in zip(starts, range(axis, rank))]
+    top, offsets = geometry.crop(l.bottom_shapes[0], l.bottom_shapes[1], axis, p.offset)
+    starts = list(offsets[axis:])
+    ends = [s + n for s, n in zip(starts, top[axis:])]
     g.op1("Slice", [l.bottoms[0], g.ints(f"{l.name}/starts", starts), g.ints(f"{l.name}/ends", ends),
                     g.ints(f"{l.name}/axes", list(range(axis, rank)))], l.name, l.tops[0])
 

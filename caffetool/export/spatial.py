@@ -1,49 +1,55 @@
 """Convolution, Deconvolution and Pooling as ONNX operators, with Caffe's sizes and windows.
 
-Caffe's pooling output size rounds up (``ceil``) and then, when either axis is padded, drops on both
-axes a last window that would start in the padding (``pooling_layer.cpp``); an average divides by the
-window clipped to the *padded* input but not to the overhang past it. Both are made exact with
-explicit end pads (and a ``Pad`` of zeros for a padded average), never with ``ceil_mode``, whose
-rules differ between runtimes. Unpadded, a stride longer than the kernel can start a last window past
-the input: Caffe's max there is ``-FLT_MAX`` and its average 0 (or NaN), and so are the model's.
-Convolutions take Caffe's per-axis kernel, stride, pad and dilation; Caffe's deconvolution weight is
+Sizes and windows are :mod:`caffetool.nets.geometry`'s, which are Caffe's. A pooling's output size
+rounds up (``ceil``) and then, when either axis is padded, drops on both axes a last window that
+would start in the padding (``pooling_layer.cpp``); an average divides by the window clipped to the
+*padded* input but not to the overhang past it. Both are made exact with explicit end pads (and a
+``Pad`` of zeros for a padded average), never with ``ceil_mode``, whose rules differ between
+runtimes. Unpadded, a stride longer than the kernel can start a last window past the input: Caffe's
+max there is ``-FLT_MAX`` and its average 0 (or NaN), and so are the model's.
+Convolutions take Caffe's per-axis kernel, stride, pad and dilation, and an end pad where Caffe's
+size, which truncates toward zero, counts a window that overhangs the padded input (ONNX's floors;
+Caffe's im2col reads the overhang as zeros, as the pad does). Caffe's deconvolution weight is
 (input channels, output channels / group, kernel...), as ConvTranspose's.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from caffetool.export.caffelayer import Layer, axis_of, per_axis
+from caffetool.export.caffelayer import Layer, axis_of
 from caffetool.export.graph import Graph
+from caffetool.nets import geometry
 
 MAX, AVE, STOCHASTIC = 0, 1, 2  # PoolingParameter.PoolMethod
-CEIL = 0  # PoolingParameter.RoundMode
 
 
-def _conv_attrs(l: Layer) -> dict:
+def _conv_attrs(l: Layer, transposed: bool) -> dict:
     p = l.param.convolution_param
     rank = len(l.bottom_shapes[0])
     if axis_of(p.axis, rank) != 1:
         raise l.refuse(f"its channel axis is {p.axis}; ONNX convolutions take channels on axis 1")
-    spatial = rank - 2
-    kernel = per_axis(p.kernel_size, p.kernel_h, p.kernel_w, p.HasField("kernel_h") or p.HasField("kernel_w"),
-                      spatial, 0)
-    stride = per_axis(p.stride, p.stride_h, p.stride_w, p.HasField("stride_h") or p.HasField("stride_w"),
-                      spatial, 1)
-    pad = per_axis(p.pad, p.pad_h, p.pad_w, p.HasField("pad_h") or p.HasField("pad_w"), spatial, 0)
-    dilation = per_axis(p.dilation, 1, 1, False, spatial, 1)
-    return {"kernel_shape": kernel, "strides": stride, "pads": pad + pad, "dilations": dilation, "group": p.group}
+    w = geometry.conv_window(p, rank - 2)
+    end = list(w.pad) if transposed else _overhang_pads(l.bottom_shapes[0][2:], w)
+    return {"kernel_shape": list(w.kernel), "strides": list(w.stride), "pads": [*w.pad, *end],
+            "dilations": list(w.dilation), "group": p.group}
+
+
+def _overhang_pads(size: tuple[int, ...], w: geometry.Window) -> list[int]:
+    """A convolution's end pads: its own, plus what its last window overhangs the padded input
+    where Caffe's truncating size counts that window and ONNX's flooring one would not."""
+    out = geometry.conv_output(size, w)
+    return [q + max(0, (o - 1) * s + geometry.extent(k, d) - n - 2 * q)
+            for n, o, k, s, q, d in zip(size, out, w.kernel, w.stride, w.pad, w.dilation)]
 
 
 def convolution(g: Graph, l: Layer) -> None:
     inputs = [l.bottoms[0], g.const(f"{l.name}/weight", l.blobs[0])]
     if l.param.convolution_param.bias_term:
         inputs.append(g.const(f"{l.name}/bias", l.blobs[1]))
-    g.op1("Conv", inputs, l.name, l.tops[0], **_conv_attrs(l))
+    g.op1("Conv", inputs, l.name, l.tops[0], **_conv_attrs(l, transposed=False))
 
 
 def deconvolution(g: Graph, l: Layer) -> None:
@@ -51,7 +57,7 @@ def deconvolution(g: Graph, l: Layer) -> None:
     inputs = [l.bottoms[0], g.const(f"{l.name}/weight", l.blobs[0])]
     if l.param.convolution_param.bias_term:
         inputs.append(g.const(f"{l.name}/bias", l.blobs[1]))
-    g.op1("ConvTranspose", inputs, l.name, l.tops[0], **_conv_attrs(l))
+    g.op1("ConvTranspose", inputs, l.name, l.tops[0], **_conv_attrs(l, transposed=True))
 
 
 def pooling(g: Graph, l: Layer) -> None:
@@ -65,27 +71,15 @@ def pooling(g: Graph, l: Layer) -> None:
         g.op1("GlobalMaxPool" if p.pool == MAX else "GlobalAveragePool", [l.bottoms[0]], l.name, l.tops[0])
         return
     size = list(l.bottom_shapes[0][2:])
-    kernel = per_axis(p.kernel_size, p.kernel_h, p.kernel_w, p.HasField("kernel_h"), 2, 0)
-    stride = per_axis(p.stride, p.stride_h, p.stride_w, p.HasField("stride_h"), 2, 1)
-    pad = per_axis(p.pad, p.pad_h, p.pad_w, p.HasField("pad_h"), 2, 0)
-    out = [caffe_pooled(n, k, s, q, p.round_mode == CEIL, any(pad))
-           for n, k, s, q in zip(size, kernel, stride, pad)]
+    window = geometry.pool_window(p, size)
+    kernel, stride, pad = list(window.kernel), list(window.stride), list(window.pad)
+    out = list(geometry.pool_output(size, window, geometry.rounds_up(p)))
     inside = [min(o, -(-(n + q) // s)) for o, n, q, s in zip(out, size, pad, stride)]  # windows starting in it
     if inside == out:
         _pool(g, l, size, kernel, stride, pad, out, l.tops[0])
         return
     pooled = _pool(g, l, size, kernel, stride, pad, inside, None)
     _past_the_end(g, l, pooled, size, kernel, stride, inside, out)
-
-
-def caffe_pooled(size: int, kernel: int, stride: int, pad: int, ceil: bool, padded: bool) -> int:
-    """``PoolingLayer::Reshape``'s output size of one axis; ``padded``: either axis has padding, which
-    makes Caffe drop a last window that would start in the padding, on both axes."""
-    span = (size + 2 * pad - kernel) / stride
-    out = (math.ceil(span) if ceil else math.floor(span)) + 1
-    if padded and (out - 1) * stride >= size + pad:
-        out -= 1
-    return out
 
 
 def _pool(g: Graph, l: Layer, size: list[int], kernel: list[int], stride: list[int], pad: list[int],

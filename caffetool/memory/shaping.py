@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from caffetool.memory.info import INSIDE, INT, FORWARD, SETUP, Buffer, LayerInfo, Shape, axis_index, count, field_or
+from caffetool.nets import geometry
 
 
 def _concat_axis(p: Any, shape: Shape) -> int:
@@ -75,9 +76,9 @@ def crop(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     """crop_layer.cpp: bottom 0 cut to bottom 1's size from ``axis`` on; ``offsets``,
     ``src_strides_`` and ``dest_strides_`` (ints, one per axis) set in Reshape; backward takes bottom
     0's gradient unconditionally (line 135) and never gives bottom 1 one."""
-    shape, like = bottoms[0], bottoms[1]
-    axis = axis_index(layer.crop_param.axis, shape)
-    top = tuple(shape[:axis]) + tuple(like[axis:])
+    p = layer.crop_param
+    shape = bottoms[0]
+    top, _ = geometry.crop(shape, bottoms[1], axis_index(p.axis, shape), p.offset)
     buffers = [Buffer(name, len(shape), SETUP, INT) for name in ("offsets", "src_strides", "dest_strides")]
     return LayerInfo([top], [], count(top), buffers, bottom_diff=("always", "none"))
 

@@ -1,44 +1,20 @@
 """Rules for the spatial layers: Convolution, Deconvolution, Pooling, SPP, LRN, Im2col, InnerProduct, Embed.
 
-Each follows the layer's C++ source in BVLC Caffe 1.0 (``src/caffe/layers/<name>_layer.cpp``);
-only members that persist after a step count — blobs declared inside a function (LRN's
-``padded_square``, ``padded_ratio``, ``accum_ratio``) are freed when it returns.
+Each follows the layer's C++ source in BVLC Caffe 1.0 (``src/caffe/layers/<name>_layer.cpp``), with
+the output sizes and windows of :mod:`caffetool.nets.geometry`; only members that persist after a
+step count — blobs declared inside a function (LRN's ``padded_square``, ``padded_ratio``,
+``accum_ratio``) are freed when it returns.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any
 
 from caffetool.memory import device
 from caffetool.memory.info import (BACKWARD, FORWARD, INT, PROPAGATE, SETUP, Buffer, LayerInfo, Shape, axis_index,
                                    count, field_or)
 from caffetool.memory.parallel import ConvWork
-
-
-def _pair(values: Sequence[int], single: tuple[int, int] | None, default: int) -> tuple[int, int]:
-    """Caffe's kernel/stride/pad spelling: repeated field, or _h/_w pair, or the default."""
-    if values:
-        v = list(values)
-        return (v[0], v[-1]) if len(v) <= 2 else (v[0], v[1])
-    if single is not None:
-        return single
-    return (default, default)
-
-
-def conv_geometry(p: Any) -> tuple[tuple[int, int], ...]:
-    """(kernel, stride, pad, dilation), each as (h, w)."""
-    kernel = _pair(p.kernel_size, (p.kernel_h, p.kernel_w) if p.HasField("kernel_h") else None, 0)
-    stride = _pair(p.stride, (p.stride_h, p.stride_w) if p.HasField("stride_h") else None, 1)
-    pad = _pair(p.pad, (p.pad_h, p.pad_w) if p.HasField("pad_h") else None, 0)
-    dilation = _pair(p.dilation, None, 1)
-    return kernel, stride, pad, dilation
-
-
-def _is_1x1(kernel: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int]) -> bool:
-    """``BaseConvolutionLayer::is_1x1_``: such a layer multiplies the input directly, no column buffer."""
-    return kernel == (1, 1) and stride == (1, 1) and pad == (0, 0)
+from caffetool.nets import geometry
 
 
 def convolution(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
@@ -60,63 +36,54 @@ def deconvolution(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
 
 def _conv(layer: Any, bottoms: list[Shape], transposed: bool) -> LayerInfo:
     p = layer.convolution_param
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = conv_geometry(p)
+    w = geometry.conv_window(p, len(bottoms[0]) - 2)
+    taps = count(w.kernel)
     group = p.group or 1
     out = p.num_output
     tops, macc, col = [], 0, 0
     for shape in bottoms:
-        n, c, h, w = shape
+        n, c, size = shape[0], shape[1], shape[2:]
         if transposed:
-            ho, wo = sh * (h - 1) + (dh * (kh - 1) + 1) - 2 * ph, sw * (w - 1) + (dw * (kw - 1) + 1) - 2 * pw
-            col = out * kh * kw * h * w  # kernel_dim_ x group_ rows, one per input pixel
-            macc += n * c * h * w * (out // group) * kh * kw
+            spatial = geometry.deconv_output(size, w)
+            col = out * taps * count(size)  # kernel_dim_ x group_ rows, one per input pixel
+            macc += n * c * count(size) * (out // group) * taps
         else:
-            ho = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
-            wo = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
-            col = c * kh * kw * ho * wo
-            macc += n * out * ho * wo * (c // group) * kh * kw
-        tops.append((n, out, ho, wo))
+            spatial = geometry.conv_output(size, w)
+            col = c * taps * count(spatial)
+            macc += n * out * count(spatial) * (c // group) * taps
+        tops.append((n, out, *spatial))
     c = bottoms[0][1]
-    weights = (c, out // group, kh, kw) if transposed else (out, c // group, kh, kw)
+    weights = (c, out // group, *w.kernel) if transposed else (out, c // group, *w.kernel)
     params = [weights] + ([(out,)] if p.bias_term else [])
-    one = _is_1x1((kh, kw), (sh, sw), (ph, pw))
+    one = geometry.is_1x1(w)
     buffers = [Buffer("col_buffer", col, PROPAGATE if one and not transposed else FORWARD)]
     if p.bias_term:
-        buffers.append(Buffer("bias_multiplier", tops[0][2] * tops[0][3], SETUP))
+        buffers.append(Buffer("bias_multiplier", count(tops[0][2:]), SETUP))
     work = None
     if not transposed:  # the OpenMP engine's convolution scratch (memory.parallel)
-        spatial = tops[0][2] * tops[0][3]
-        work = ConvWork(batch=bottoms[0][0], col=col, top=out * spatial, weights=count(weights),
-                        chunkable=not one and group == 1, one_by_one=one)
+        work = ConvWork(batch=bottoms[0][0], col=col, top=out * count(tops[0][2:]), weights=count(weights),
+                        chunkable=not one and group == 1 and len(w.kernel) == 2, one_by_one=one)
     engine = "CuDNNDeconvolution" if transposed else "CuDNNConvolution"
-    cudnn = engine if p.engine != 1 and (dh, dw) == (1, 1) else None  # layer_factory.cpp: no dilation in cuDNN
+    undilated = all(d == 1 for d in w.dilation)
+    cudnn = engine if p.engine != 1 and undilated else None  # layer_factory.cpp: no dilation in cuDNN
     # cudnn_conv_layer.cu (and cudnn_deconv_layer.cu): cuDNN's kernels need no columns, cudnnAddTensor
     # adds the bias without bias_multiplier_, and the input's gradient is taken only when it propagates
     return LayerInfo(tops, params, macc, buffers, group=group, bottom_diff="always", cudnn=cudnn, conv_work=work,
                      cudnn_unused=("col_buffer", "bias_multiplier"), cudnn_bottom_diff="propagate",
-                     cudnn_work=_cudnn_work(bottoms[0], tops[0], group, col, (kh, kw, sh, sw), transposed))
+                     cudnn_work=_cudnn_work(bottoms[0], tops[0], group, col, (*w.kernel, *w.stride), transposed))
 
 
-def _cudnn_work(bottom: Shape, top: Shape, group: int, col: int, geometry: tuple[int, ...],
+def _cudnn_work(bottom: Shape, top: Shape, group: int, col: int, window: tuple[int, ...],
                 transposed: bool) -> dict[str, tuple[int, ...]]:
     """The modelled workspace of each cuDNN call (:mod:`caffetool.memory.device`): one image's
     columns, and first WINOGRAD_NONFUSED for a 3x3, stride-1 convolution's weight gradient."""
     columns = (col * 4,)
     work = {call: columns for call in device.CALLS}
-    if not transposed and geometry == (3, 3, 1, 1):
+    if not transposed and window == (3, 3, 1, 1):
         n, c = bottom[0], bottom[1]
         _, k, ho, wo = top
         work["backward filter"] = (device.winograd_nonfused_bytes(n, c, k, group, ho, wo), *columns)
     return work
-
-
-def pool_output(size: int, kernel: int, stride: int, pad: int, ceil: bool) -> int:
-    """pooling_layer.cpp ``Reshape``: ceil (default) or floor, and the last window starts inside the image."""
-    steps = (size + 2 * pad - kernel) / stride
-    out = (math.ceil(steps) if ceil else math.floor(steps)) + 1
-    if pad and (out - 1) * stride >= size + pad:
-        out -= 1
-    return out
 
 
 def pooling(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
@@ -124,14 +91,8 @@ def pooling(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     STOCHASTIC keeps ``rand_idx_`` (training forward)."""
     p = layer.pooling_param
     n, c, h, w = bottoms[0]
-    if p.global_pooling:
-        kh, kw, sh, sw, ph, pw = h, w, 1, 1, 0, 0
-    else:
-        kh, kw = (p.kernel_h, p.kernel_w) if p.HasField("kernel_h") else (p.kernel_size, p.kernel_size)
-        sh, sw = (p.stride_h, p.stride_w) if p.HasField("stride_h") else (p.stride, p.stride)
-        ph, pw = (p.pad_h, p.pad_w) if p.HasField("pad_h") else (p.pad, p.pad)
-    ceil = getattr(p, "round_mode", 0) == 0
-    top = (n, c, pool_output(h, kh, sh, ph, ceil), pool_output(w, kw, sw, pw, ceil))
+    window = geometry.pool_window(p, (h, w))
+    top = (n, c, *geometry.pool_output((h, w), window, geometry.rounds_up(p)))
     buffers = []
     if p.pool == 0 and len(layer.top) == 1:
         buffers.append(Buffer("max_idx", count(top), FORWARD, INT))
@@ -139,7 +100,7 @@ def pooling(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
         buffers.append(Buffer("rand_idx", count(top), FORWARD))
     # layer_factory.cpp:133-142 (GetPoolingLayer): MAX pooling and a mask top keep Caffe's own layer
     cudnn = "CuDNNPooling" if p.engine != 1 and len(layer.top) == 1 and p.pool != 0 else None
-    return LayerInfo([top] * len(layer.top), [], count(top) * kh * kw, buffers, cudnn=cudnn)
+    return LayerInfo([top] * len(layer.top), [], count(top) * count(window.kernel), buffers, cudnn=cudnn)
 
 
 def spp(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
@@ -156,10 +117,7 @@ def spp(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
         return LayerInfo([top], [], count(bottoms[0]),
                          [Buffer("pooling_0.max_idx", count(top), FORWARD, INT)] if p.pool == 0 else [])
     for i in range(levels):
-        bins = 2 ** i
-        kh, kw = math.ceil(h / bins), math.ceil(w / bins)
-        ph, pw = (kh * bins - h + 1) // 2, (kw * bins - w + 1) // 2
-        pooled = (n, c, pool_output(h, kh, kh, ph, True), pool_output(w, kw, kw, pw, True))
+        pooled = (n, c, *geometry.pool_output((h, w), geometry.spp_window(i, (h, w))))
         width += c * pooled[2] * pooled[3]
         buffers.append(Buffer(f"pooling_{i}.top", count(pooled), FORWARD))
         buffers.append(Buffer(f"pooling_{i}.top.diff", count(pooled), BACKWARD))
@@ -197,12 +155,9 @@ def lrn(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
 def im2col(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     """im2col_layer.cpp: the column matrix is the top; ``Backward_cpu`` takes the bottom's gradient
     unconditionally."""
-    p = layer.convolution_param
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = conv_geometry(p)
-    n, c, h, w = bottoms[0]
-    ho = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
-    wo = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
-    top = (n, c * kh * kw, ho, wo)
+    n, c, size = bottoms[0][0], bottoms[0][1], bottoms[0][2:]
+    w = geometry.conv_window(layer.convolution_param, len(size))
+    top = (n, c * count(w.kernel), *geometry.conv_output(size, w))
     return LayerInfo([top], [], count(top), bottom_diff="always")
 
 
