@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from caffetool.errors import RunError
-from caffetool.runs import ownership, rundir, runrecord
+from caffetool.runs import ownership, runrecord
+from caffetool.runs.folder import RunFolder
 
 from .smalldisk import small_disk
 
@@ -71,7 +72,7 @@ def test_a_running_run_whose_owner_is_gone_is_settled_as_interrupted(tmp_path):
     assert settled["message"] == (f"the process that was training it (pid {settled['owner']['pid']}) ended without "
                                   "recording an outcome; continue from its newest complete snapshot with "
                                   "`caffetool train.resume r1`")
-    assert json.loads((run / rundir.MANIFEST).read_text()) == settled
+    assert json.loads((RunFolder(run).manifest).read_text()) == settled
     assert not (run / ownership.ROOM).exists()
 
 
@@ -107,6 +108,6 @@ def test_room_for_the_record_is_kept_where_there_is_room(tmp_path):
 def test_a_manifest_that_is_not_an_object_is_refused(tmp_path):
     run = tmp_path / "r1"
     run.mkdir()
-    (run / rundir.MANIFEST).write_text("[1, 2]")
+    (RunFolder(run).manifest).write_text("[1, 2]")
     with pytest.raises(RunError, match=r"manifest.json is not a run manifest \(a JSON object\)$"):
         ownership.settle(run)

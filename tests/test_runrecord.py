@@ -10,6 +10,7 @@ import pytest
 
 from caffetool.errors import RunError
 from caffetool.runs import rundir, runrecord
+from caffetool.runs.folder import NAMES, RunFolder
 
 from .smalldisk import small_disk
 
@@ -20,18 +21,18 @@ def test_a_full_disk_keeps_the_previous_manifest(tmp_path):
         runrecord.write(run, {"name": "r", "status": "running"})
         with pytest.raises(RunError) as err:
             runrecord.write(run, {"name": "r", "status": "finished", "log": "x" * (1 << 20)})
-        assert str(err.value) == f"cannot write {run / rundir.MANIFEST}: No space left on device"
+        assert str(err.value) == f"cannot write {RunFolder(run).manifest}: No space left on device"
         assert runrecord.read(run) == {"name": "r", "status": "running"}
-        assert sorted(p.name for p in run.iterdir()) == [rundir.MANIFEST]
+        assert sorted(p.name for p in run.iterdir()) == [NAMES["manifest"]]
 
 
 def test_an_unreadable_manifest_is_a_run_error(tmp_path):
     run = rundir.claim(tmp_path, "r")
-    (run / rundir.MANIFEST).write_text("{not json")
+    (RunFolder(run).manifest).write_text("{not json")
     with pytest.raises(RunError, match=r"manifest.json is unreadable"):
         runrecord.read(run)
     runrecord.write(run, {"when": tmp_path})  # non-JSON values are written as text
-    assert json.loads((run / rundir.MANIFEST).read_text()) == {"when": str(tmp_path)}
+    assert json.loads((RunFolder(run).manifest).read_text()) == {"when": str(tmp_path)}
 
 
 def test_a_record_writes_the_whole_manifest_at_every_change(engine, tmp_path):

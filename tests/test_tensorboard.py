@@ -10,6 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from caffetool.errors import RunError
 from caffetool.nets.solver import SolverOptions
 from caffetool.runs.logparse import Metrics, parse_file
+from caffetool.runs.folder import RunFolder
 from caffetool.train import session, tensorboard
 
 from .caffe_root import autoencoder_log
@@ -41,7 +42,7 @@ def test_a_training_writes_every_figure_for_tensorboard(engine, fashion_data, tm
                                    options=SolverOptions(max_iter=60, test_interval=40, test_iter=100, display=10))
     result = session.train(engine, request, say=lambda _: None, progress=False)
     assert result.outcome.status == "finished", result.outcome.message
-    events = read(result.run_dir / tensorboard.FOLDER)
+    events = read(RunFolder(result.run_dir).tensorboard)
     assert set(events.Tags()["scalars"]) >= {
         "train/loss", "train/smoothed_loss", "train/lr", "train/iter_per_s", "test0/accuracy", "test0/loss",
         "system/cpu_percent", "system/rss_mb"}

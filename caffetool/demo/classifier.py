@@ -30,6 +30,7 @@ from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import check, prototxt
 from caffetool.runs import labels as label_file
+from caffetool.runs.folder import RunFolder
 from caffetool.train.devices import CPU, PycaffeDevice
 
 BACKENDS = ("caffe", "opencv", "onnxruntime")
@@ -176,7 +177,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     if device.gpu is not None and backend != "caffe":
         raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; the {backend} backend runs on the CPU "
                           "(use --gpu cpu)")
-    if files.run and not Path(files.deploy).is_file() and (files.run / "train_net.prototxt").is_file():
+    if files.run and not Path(files.deploy).is_file() and RunFolder(files.run).train_net.is_file():
         raise RunError(f"{files.run} trained a net that is not a classifier (no SoftmaxWithLoss), so it has "
                        f"no deploy net to serve; train it again with --deploy FILE")
     # a run trained from a user's own solver without --labels has none: its classes go by index

@@ -20,6 +20,7 @@ from caffetool.demo import preprocess
 from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import transform
 from caffetool.runs import snapshots
+from caffetool.runs.folder import RunFolder
 
 
 @dataclass
@@ -47,7 +48,8 @@ def from_run(run_dir: Path) -> ModelFiles:
     dataset = _dataset_manifest(run_dir)
     shape = (dataset.get("splits") or {}).get("train", {}).get("shape")
     size = (int(shape[1]), int(shape[2])) if isinstance(shape, list) and len(shape) == 3 else None
-    return ModelFiles(run_dir / "deploy.prototxt", weights, run_dir / "labels.txt", run=run_dir,
+    folder = RunFolder(run_dir)
+    return ModelFiles(folder.deploy, weights, folder.labels, run=run_dir,
                       white_on_black=dataset.get("white_on_black"), train_size=size)
 
 

@@ -20,8 +20,6 @@ from caffetool.demo.modelfiles import ModelFiles
 from caffetool.errors import ExportError, NetError
 from caffetool.runs import labels as label_file
 
-LABELS = "labels.txt"
-
 
 def load(path: Path, name: str) -> Classifier:
     """The exported model at ``path`` ready to classify, called ``name``; proven by one forward pass."""
@@ -69,5 +67,5 @@ def _labels(props: dict[str, str], path: Path) -> list[str] | None:
 
 
 def _labels_file(path: Path) -> Path | None:
-    beside = path.parent / LABELS
+    beside = path.parent / label_file.FILE
     return beside if beside.is_file() else None

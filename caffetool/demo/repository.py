@@ -21,7 +21,7 @@ from caffetool.demo import classifier as demo_classifier
 from caffetool.demo.catalog import Model
 from caffetool.engine import EngineInfo
 from caffetool.errors import CaffetoolError, ConfigError
-from caffetool.runs import rundir
+from caffetool.runs.folder import NAMES, RunFolder
 from caffetool.train.devices import CPU, PycaffeDevice
 
 ONNX_MODEL = "model.onnx"
@@ -57,11 +57,11 @@ def _is_version(name: str) -> bool:
 
 
 def _kind(folder: Path) -> str:
-    if (folder / rundir.MANIFEST).is_file():
+    if RunFolder(folder).manifest.is_file():
         return "run"
     if (folder / ONNX_MODEL).is_file():
         return "onnx"
-    raise ConfigError(f"{folder} holds neither a caffetool run ({rundir.MANIFEST}) nor an ONNX export "
+    raise ConfigError(f"{folder} holds neither a caffetool run ({NAMES["manifest"]}) nor an ONNX export "
                       f"({ONNX_MODEL}); make it a link to a run folder, or copy `caffetool export`'s "
                       f"{ONNX_MODEL} into it")
 

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from caffetool.errors import RunError
+from caffetool.evaluation import writeup
 from caffetool.runs import runrecord
+from caffetool.runs.folder import NAMES, RunFolder
 
 PNG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.png$")
-PLOTS, EVALUATIONS, SUMMARY, METRICS = "plots", "eval", "summary.json", "metrics.json"
+PLOTS, EVALUATIONS = NAMES["plots"], NAMES["evaluations"]  # the kinds of image the run page serves, by folder
 MANIFEST_KEYS = ("name", "status", "model", "iterations", "final", "timings_s", "started_at", "ended_at")
 
 
@@ -54,13 +56,13 @@ class RunView:
 
     def plots(self) -> dict[str, Path]:
         """The run's training curves by file name."""
-        return _pngs(self.run_dir, self.run_dir / PLOTS)
+        return _pngs(self.run_dir, RunFolder(self.run_dir).plots)
 
     def evaluation(self) -> Evaluation | None:
         """The newest readable evaluation of the run's own data (``caffetool evaluate``), or None when
         the run has none; ``demo.classify --labelled`` results on other images (split ``images``) are
         not the run's evaluation."""
-        summaries = sorted(((p.stat().st_mtime, p) for p in (self.run_dir / EVALUATIONS).glob(f"*/{SUMMARY}")
+        summaries = sorted(((p.stat().st_mtime, p) for p in RunFolder(self.run_dir).evaluations.glob(f"*/{writeup.SUMMARY}")
                             if p.is_file() and _unlinked(self.run_dir, p)), reverse=True)
         for _, path in summaries:
             summary = _json(path)
@@ -92,7 +94,7 @@ class RunView:
         out: dict[str, Any] = {key: manifest.get(key) for key in MANIFEST_KEYS}
         dataset = manifest.get("dataset")
         out["dataset"] = dataset.get("name") if isinstance(dataset, dict) else dataset
-        out["metrics"] = last_rows(_json(self.run_dir / METRICS))
+        out["metrics"] = last_rows(_json(RunFolder(self.run_dir).metrics_json))
         out["plots"] = [{"name": name, "url": f"/run/{PLOTS}/{name}{self.query}"} for name in self.plots()]
         evaluation = self.evaluation()
         out["evaluation"] = None if evaluation is None else {

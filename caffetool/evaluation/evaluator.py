@@ -27,10 +27,9 @@ from caffetool.errors import DataError, RunError
 from caffetool.evaluation import forward, metrics, records, writeup
 from caffetool.nets import state
 from caffetool.runs import labels, snapshots
+from caffetool.runs.folder import RunFolder
 from caffetool.train import final_test
 from caffetool.train.devices import CPU, PycaffeDevice
-
-DEPLOY, LABELS = "deploy.prototxt", labels.FILE
 
 
 @dataclass
@@ -60,13 +59,13 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
         raise RunError(f"{run_dir} has no .caffemodel yet; train it first (or give --weights FILE)")
     src = records.source(run_dir, split, pb2)
     accuracy = accuracy_blobs(src.test_net.net) if src.test_net else {}
-    net = forward.load(engine, run_dir / DEPLOY, weights, backend, score=accuracy.get(1, (None,))[0], device=device)
+    net = forward.load(engine, RunFolder(run_dir).deploy, weights, backend, score=accuracy.get(1, (None,))[0], device=device)
     transform = records.transform_of(src, run_dir)
-    names = labels.read_if_there(run_dir / LABELS)
+    names = labels.read_if_there(RunFolder(run_dir).labels)
     total = db.count(src.path)
     size = batch_size or src.batch_size
     start = time.monotonic()
-    tally, keys = _forward_all(net, src, transform, pb2, size, total, names, top, progress, run_dir / DEPLOY)
+    tally, keys = _forward_all(net, src, transform, pb2, size, total, names, top, progress, RunFolder(run_dir).deploy)
     seconds = round(time.monotonic() - start, 3)
     results = tally.done()
     if not results.count:
@@ -79,7 +78,7 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     summary = writeup.summary(
         results, names, weights=str(weights), split=split, source=str(src.path), backend=backend, device=device.label,
         batch_size=size, seconds=seconds, caffe_test=measured, at=dt.datetime.now().isoformat(timespec="seconds"))
-    folder = run_dir / writeup.FOLDER / folder_name(weights, split, backend)
+    folder = RunFolder(run_dir).evaluations / folder_name(weights, split, backend)
     mistakes = _mistakes(results, names, src, transform, pb2)
     rows = [["index", "key", "true", "predicted", "probability", f"top{results.k}"]]
     rows += [[i, keys[i], names[results.labels[i]], names[results.top[i, 0]], f"{results.prob[i, 0]:.6g}",

@@ -22,6 +22,8 @@ from caffetool.choices import choose
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import check, prototxt
+from caffetool.runs import labels
+from caffetool.runs.folder import RunFolder
 from caffetool.train.devices import CPU, PycaffeDevice
 
 BACKENDS = ("caffe", "opencv", "onnxruntime")
@@ -129,7 +131,7 @@ def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,
     from caffetool.demo.modelfiles import ModelFiles  # noqa: PLC0415
     from caffetool.export import exporter, runtime  # noqa: PLC0415 - onnx only for this backend
 
-    files = ModelFiles(deploy, weights, deploy.parent / "labels.txt", run=deploy.parent)
+    files = ModelFiles(deploy, weights, RunFolder(deploy.parent).labels, run=deploy.parent)
     session = runtime.session_of(exporter.run_export(engine, files), outputs=[score, output])
     name = session.get_inputs()[0].name
 
@@ -144,7 +146,7 @@ def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,
 def check_classifier(probs: np.ndarray, classes: int | None, deploy: Path) -> None:
     """Refuse an output that is not one probability per class: non-negative, summing to 1."""
     if classes is not None and probs.shape[1] != classes:
-        raise NetError(f"{deploy} outputs {probs.shape[1]} values per image for {classes} classes in labels.txt; "
+        raise NetError(f"{deploy} outputs {probs.shape[1]} values per image for {classes} classes in {labels.FILE}; "
                        "it is no classifier of these labels")
     sums = probs.sum(axis=1)
     if probs.min() < 0 or np.abs(sums - 1).max() > SUM_TOLERANCE:

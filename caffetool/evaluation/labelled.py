@@ -24,6 +24,7 @@ import numpy as np
 from caffetool.errors import ConfigError, DataError, ImageError
 from caffetool.evaluation import metrics, writeup
 from caffetool.runs import labels as label_file
+from caffetool.runs.folder import RunFolder
 
 THUMBNAIL = 96
 
@@ -128,7 +129,7 @@ def evaluate(classifier: Any, items: list[Item], top: int | None, out: Path, sou
 
 def default_folder(run_dir: Path) -> Path:
     """A new folder under the run's evaluations for one labelled classification."""
-    return run_dir / writeup.FOLDER / f"classify-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return RunFolder(run_dir).evaluations / f"classify-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def _thumbnail(path: Path) -> np.ndarray | None:

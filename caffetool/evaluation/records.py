@@ -28,7 +28,7 @@ import numpy as np
 from caffetool.data import datum, db
 from caffetool.errors import DataError, RunError
 from caffetool.nets import prototxt, state, transform
-from caffetool.nets.generate import SOLVER
+from caffetool.runs.folder import RunFolder
 from caffetool.train import final_test
 
 SPLITS = ("test", "train")
@@ -66,9 +66,9 @@ class Batch:
 def source(run_dir: Path, split: str, caffe_pb2: ModuleType) -> Source:
     """The split's Data layer: the first test net's TEST-phase one (as Caffe builds that net from the
     solver, ``test_state`` included), or the train net's TRAIN-phase one."""
-    solver_file = run_dir / SOLVER
+    solver_file = RunFolder(run_dir).solver
     if not solver_file.is_file():
-        raise RunError(f"{run_dir} has no {SOLVER}; is it a caffetool run?")
+        raise RunError(f"{run_dir} has no {solver_file.name}; is it a caffetool run?")
     if split == "test":
         nets = final_test.test_nets(solver_file, run_dir, caffe_pb2)
         if not nets:

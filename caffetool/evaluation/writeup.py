@@ -22,8 +22,8 @@ from caffetool.errors import RunError
 from caffetool.evaluation import confusion_figures, metrics
 from caffetool.fsio import staged_dir
 from caffetool.runs import runrecord
+from caffetool.runs.folder import RunFolder
 
-FOLDER = "eval"
 SUMMARY = "summary.json"
 FILES = ("confusion.csv", "confusion.png", "per_class.csv", "predictions.csv", "mistakes.png", SUMMARY)
 MISTAKES = 32
@@ -84,7 +84,7 @@ def record(run_dir: Path, summary: dict[str, Any], folder: Path) -> dict:
 
 def newest(run_dir: Path) -> Path | None:
     """The run's most recent evaluation folder: the one whose summary.json is newest."""
-    found = [(p.stat().st_mtime, p.parent) for p in (run_dir / FOLDER).glob(f"*/{SUMMARY}")]
+    found = [(p.stat().st_mtime, p.parent) for p in RunFolder(run_dir).evaluations.glob(f"*/{SUMMARY}")]
     return max(found)[1] if found else None
 
 

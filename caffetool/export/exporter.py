@@ -32,8 +32,9 @@ from caffetool.export import convert, inputs, preprocessing, runtime, verify
 from caffetool.nets import check as net_check
 from caffetool.nets import prototxt
 from caffetool.runs import labels as label_file
+from caffetool.runs.folder import RunFolder
 
-MODEL, RECORD, FOLDER = "model.onnx", "export.json", "export"
+MODEL, RECORD = "model.onnx", "export.json"  # an export folder's files
 DEFAULT_OPSET = 17
 DEFAULT_TOLERANCE = 1e-4
 RUN_IMAGES, DRAWN_IMAGES = 10_000, 16  # verified on, by default
@@ -62,7 +63,7 @@ class Exported:
 def run_request(run_dir: Path, **options: Any) -> ExportRequest:
     """An export of a run's newest weights (or ``options['files']``) to ``RUN/export/model.onnx``."""
     files = options.pop("files", None) or modelfiles.from_run(run_dir)
-    return ExportRequest(files, run_dir / FOLDER / MODEL, **options)
+    return ExportRequest(files, RunFolder(run_dir).export / MODEL, **options)
 
 
 def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None] = print) -> Exported:
@@ -258,7 +259,7 @@ def _write(request: ExportRequest, model: onnx.ModelProto, record: dict) -> None
     record["sha256"]["onnx"] = hashlib.sha256(data).hexdigest()
     text = json.dumps(record, indent=2) + "\n"
     out = request.out
-    if request.files.run is not None and out.parent == request.files.run / FOLDER:
+    if request.files.run is not None and out.parent == RunFolder(request.files.run).export:
         fsio.check_replaceable(out.parent, lambda d: (d / RECORD).is_file(), "an export", error=ExportError)
         with fsio.staged_dir(out.parent, ExportError) as folder:
             (folder / out.name).write_bytes(data)
@@ -314,7 +315,7 @@ def run_export(engine: EngineInfo, files: modelfiles.ModelFiles,
     if run_dir is None:
         raise ConfigError("the onnxruntime backend runs a run's export; give --run (or export the files with "
                           "`caffetool export --deploy ... --weights ... --out FILE` and evaluate the run)")
-    model, record = run_dir / FOLDER / MODEL, run_dir / FOLDER / RECORD
+    model, record = RunFolder(run_dir).export / MODEL, RunFolder(run_dir).export / RECORD
     try:
         made = json.loads(record.read_text())
         fresh = (made["sha256"]["weights"] == sha256_file(Path(files.weights))

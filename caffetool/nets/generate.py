@@ -22,8 +22,10 @@ from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import builders, check, prototxt, solver
 from caffetool.nets.declaration import Model
+from caffetool.runs.folder import NAMES
 
-TRAIN_VAL, DEPLOY, SOLVER, SNAPSHOTS = "train_val.prototxt", "deploy.prototxt", "solver.prototxt", "snapshots"
+# The files written, by their names in a run folder: the output folder is one, or is laid out like one.
+TRAIN_VAL, DEPLOY, SOLVER, SNAPSHOTS = (NAMES[key] for key in ("train_val", "deploy", "solver", "snapshots"))
 
 
 @dataclass

@@ -31,8 +31,8 @@ from caffetool.errors import DataError, NetError
 from caffetool.nets import prototxt, state
 from caffetool.nets.solver import SolverOptions, check_test_iter
 from caffetool.proc import run_checked
+from caffetool.runs.folder import RunFolder
 
-SOLVER_FILE = "solver.prototxt"
 NET_FIELDS = ("net", "train_net")
 NET_PARAM_FIELDS = ("net_param", "train_net_param")
 
@@ -96,16 +96,17 @@ def write(project: Project, run_dir: Path, caffe_pb2: ModuleType) -> Path:
     solver.CopyFrom(project.solver)
     for name in (*NET_FIELDS, *NET_PARAM_FIELDS, "test_net", "test_net_param"):
         solver.ClearField(name)
-    train_path = run_dir / "train_net.prototxt"
+    folder = RunFolder(run_dir)
+    train_path = folder.train_net
     fsio.write_atomic(train_path, prototxt.to_text(project.train_net))
     solver.train_net = str(train_path)
     for i, net in enumerate(project.test_nets):
-        test_path = run_dir / f"test_net_{i}.prototxt"
+        test_path = folder.test_net(i)
         fsio.write_atomic(test_path, prototxt.to_text(net))
         solver.test_net.append(str(test_path))
-    (run_dir / "snapshots").mkdir(exist_ok=True)
-    solver.snapshot_prefix = str(run_dir / "snapshots" / Path(project.solver.snapshot_prefix or "snapshot").name)
-    path = run_dir / SOLVER_FILE
+    folder.snapshots.mkdir(exist_ok=True)
+    solver.snapshot_prefix = str(folder.snapshots / Path(project.solver.snapshot_prefix or "snapshot").name)
+    path = folder.solver
     fsio.write_atomic(path, prototxt.to_text(solver))
     return path
 

@@ -17,15 +17,15 @@ from google.protobuf.message import DecodeError
 
 from caffetool.errors import DataError
 from caffetool.nets import prototxt, state
+from caffetool.runs.folder import RunFolder
 
-TRAINED_NETS = ("train_val.prototxt", "test_net_0.prototxt", "train_net.prototxt")
 DATA_TYPES = ("Data", "ImageData", "WindowData")
 
 
 def run_net(run_dir: Path, caffe_pb2: Any) -> Any | None:
     """The net a run trained, with its data layers: the generated ``train_val.prototxt``, or a
     ``--solver`` run's first test net, else its train net; None when the run has none of them."""
-    net_file = next((run_dir / name for name in TRAINED_NETS if (run_dir / name).is_file()), None)
+    net_file = next((path for path in RunFolder(run_dir).trained_nets if path.is_file()), None)
     return prototxt.read(net_file, caffe_pb2.NetParameter()) if net_file is not None else None
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from caffetool.data.layout import LABELS as FILE
 from caffetool.errors import ConfigError, DataError
+from caffetool.runs.folder import NAMES
 
+FILE = NAMES["labels"]
 DEFAULT_TOP = 5  # the k of a top-k accuracy when --top is not given
 
 

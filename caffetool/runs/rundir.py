@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from caffetool.errors import ConfigError, RunError
+from caffetool.runs.folder import NAMES
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-MANIFEST = "manifest.json"
 
 
 def claim(runs_dir: Path, name: str | None) -> Path:
@@ -72,7 +72,7 @@ def released_on_failure(path: Path) -> Iterator[Path]:
 
 def find(runs_dir: Path, run: str) -> Path:
     """A run by name (under ``runs_dir``) or by path; a folder without a manifest is named as such."""
-    return find_record(runs_dir, run, MANIFEST, "run", f"a run's folder is made by `caffetool train`, and "
+    return find_record(runs_dir, run, NAMES["manifest"], "run", f"a run's folder is made by `caffetool train`, and "
                        f"`ls {runs_dir}` lists the runs", f"; `ls {runs_dir}` lists the runs")
 
 

@@ -4,7 +4,7 @@
 engine's own manifest), where (host, threads) and with which caffetool. :class:`Record` keeps it
 in memory while a command works on the run; :func:`update` serves the commands that add to a run's
 record later (``train.test``, ``evaluate``, the checks of who owns a run). Every change is a
-read-modify-write under the run's lock (:data:`LOCK`, ``flock``): the manifest as it is on disk at
+read-modify-write under the run's lock (``flock`` on :attr:`RunFolder.lock`): the manifest as it is on disk at
 that moment, changed, written whole in one rename, so two commands working on one run (a
 ``train.test`` while the run trains) never write back a stale copy over each other's record.
 """
@@ -29,18 +29,16 @@ from caffetool.engine import EngineInfo
 from caffetool.errors import RunError
 from caffetool.fsio import write_atomic
 from caffetool.runs import rundir
-from caffetool.runs.rundir import MANIFEST
-
-LOCK = ".manifest.lock"
+from caffetool.runs.folder import RunFolder
 
 
 def read(run_dir: Path) -> dict:
     try:
-        manifest = json.loads((run_dir / MANIFEST).read_text())
+        manifest = json.loads(RunFolder(run_dir).manifest.read_text())
     except (OSError, ValueError) as e:
-        raise RunError(f"{run_dir / MANIFEST} is unreadable ({e})") from e
+        raise RunError(f"{RunFolder(run_dir).manifest} is unreadable ({e})") from e
     if not isinstance(manifest, dict):
-        raise RunError(f"{run_dir / MANIFEST} is not a run manifest (a JSON object)")
+        raise RunError(f"{RunFolder(run_dir).manifest} is not a run manifest (a JSON object)")
     return manifest
 
 
@@ -53,16 +51,17 @@ def find(runs_dir: Path, run: str) -> Path:
 
 
 def write(run_dir: Path, manifest: dict) -> None:
-    write_atomic(run_dir / MANIFEST, json.dumps(manifest, indent=2, default=str) + "\n", RunError)
+    write_atomic(RunFolder(run_dir).manifest, json.dumps(manifest, indent=2, default=str) + "\n", RunError)
 
 
 @contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold the run's manifest lock (an exclusive ``flock`` on :data:`LOCK`) for the block."""
+    """Hold the run's manifest lock (an exclusive ``flock`` on its lock file) for the block."""
+    folder = RunFolder(run_dir)
     try:
-        fd = os.open(run_dir / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(folder.lock, os.O_CREAT | os.O_RDWR, 0o644)
     except OSError as e:
-        raise RunError(f"cannot lock {run_dir / MANIFEST} ({e.strerror})") from None
+        raise RunError(f"cannot lock {folder.manifest} ({e.strerror})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -28,7 +28,9 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from caffetool.nets.generate import SNAPSHOTS as FOLDER
+from caffetool.runs.folder import NAMES
+
+FOLDER = NAMES["snapshots"]
 
 WEIGHTS = ".caffemodel"
 STATE = ".solverstate"

@@ -49,12 +49,13 @@ from typing import Any
 from caffetool import fsio
 from caffetool.errors import ConfigError, RunError
 from caffetool.runs import rundir
+from caffetool.runs.folder import NAMES, RunFolder
 from caffetool.sweep import space as spaces
 from caffetool.sweep import sweeprecord
 from caffetool.train import tensorboard as run_events
 
 FILE = "events.out.tfevents.caffetool-hparams"  # "tfevents" in the name is what TensorBoard looks for
-GROUP = run_events.FOLDER  # a metric of session S is read from run S/GROUP: the trial's own events
+GROUP = NAMES["tensorboard"]  # a metric of session S is read from run S/GROUP: the trial's own events
 NO_RUN = "no-run"  # the sessions of trials without a run: runs/<sweep>/no-run/trial-NNNNN/
 LOSS = "train/loss"
 SKIPPED = ("system/",)
@@ -69,7 +70,7 @@ def write(sweep_dir: Path, plan: dict[str, Any], rows: list[dict[str, Any]]) -> 
     ``plan`` is the plan as ``sweep.json`` holds it, ``rows`` as
     :func:`caffetool.sweep.leaderboard.collect` returns them."""
     with_run = [r for r in rows if r.get("run_dir")]
-    tags = metric_tags(plan["metric"], (Path(r["run_dir"]) / run_events.FOLDER for r in with_run))
+    tags = metric_tags(plan["metric"], (RunFolder(Path(r["run_dir"])).tensorboard for r in with_run))
     _write_events(sweep_dir / FILE, [experiment(sweep_dir, plan, rows, tags)])
     written = {(sweep_dir / FILE).resolve()}
     for row in rows:

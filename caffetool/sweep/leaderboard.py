@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from caffetool.errors import CaffetoolError, RunError
-from caffetool.runs import ownership, rundir
+from caffetool.runs import ownership
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import parse_file
-from caffetool.sweep import hparams
-from caffetool.sweep import search
+from caffetool.sweep import hparams, search, sweeprecord
 from caffetool.sweep import space as spaces
-from caffetool.sweep import sweeprecord
-from caffetool.train import runner
 
 PLOTS = "plots"
 CURVES = "metric_vs_iterations.png"
@@ -36,7 +34,7 @@ def collect(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     plan = written["plan"]
     metric = spaces.parse_metric(plan["metric"])
     tuned = {t["trial"]: t for t in written.get("trials", [])}
-    runs = {p.name: p for p in sorted(sweep_dir.iterdir()) if (p / rundir.MANIFEST).is_file()}
+    runs = {p.name: p for p in sorted(sweep_dir.iterdir()) if RunFolder(p).manifest.is_file()}
     rows = [_row(name, runs.get(name), tuned.get(name, {}), metric) for name in sorted(set(tuned) | set(runs))]
     for r in rows:
         r["search"] = _made_by(plan, r["trial"])
@@ -83,12 +81,12 @@ def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.
 def _rows(run_dir: Path, metric: spaces.Metric) -> list[dict[str, Any]]:
     """The rows of the metric's net: from metrics.json, else from caffe.log."""
     try:
-        data = json.loads((run_dir / "metrics.json").read_text())
+        data = json.loads(RunFolder(run_dir).metrics_json.read_text())
         return list(data["train"] if metric.net < 0 else data["test"].get(str(metric.net), []))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
-        m = parse_file(run_dir / runner.LOG)
+        m = parse_file(RunFolder(run_dir).log)
     except CaffetoolError:
         return []
     return m.train if metric.net < 0 else m.test.get(metric.net, [])

@@ -26,7 +26,7 @@ from typing import Any
 
 from caffetool import track
 from caffetool.errors import TrackingError
-from caffetool.runs import rundir
+from caffetool.runs.folder import RunFolder
 from caffetool.sweep import sweeprecord
 from caffetool.track.store import Store
 from caffetool.track.target import shown
@@ -83,7 +83,7 @@ class SweepRun:
         try:
             self._begin(recorded)
             while not self.over.wait(NEST_EVERY):
-                self._nest_all(p / rundir.MANIFEST for p in self.sweep_dir.iterdir())
+                self._nest_all(RunFolder(p).manifest for p in self.sweep_dir.iterdir())
             if self.outcome is not None:
                 self._finish(*self.outcome)
         except Exception as e:  # noqa: BLE001 - tracking never fails a sweep: named once, then off
@@ -126,7 +126,7 @@ class SweepRun:
 
     def _finish(self, status: str, rows: list[dict[str, Any]], metric_tag: str) -> None:
         assert self.target is not None and self.store is not None and self.run_id is not None
-        self._nest_all(Path(r["run_dir"]) / rundir.MANIFEST for r in rows if r.get("run_dir"))
+        self._nest_all(RunFolder(Path(r["run_dir"])).manifest for r in rows if r.get("run_dir"))
         best = next((r for r in rows if r["metric"] is not None), None)
         if best is not None:
             self.store.log(self.run_id, tags={"best_trial": best["trial"]})

@@ -49,6 +49,7 @@ from caffetool.data import lookup
 from caffetool.engine import cpu_threads, locate
 from caffetool.errors import CaffetoolError, RunError
 from caffetool.runs import rundir
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import Metrics
 from caffetool.sweep import space as spaces
 from caffetool.sweep import sweeprecord
@@ -222,7 +223,7 @@ class CaffeTrial(tune.Trainable):
                 os.chdir(self.spec.cwd)
             engine = locate(self.spec.engine_prefix, probe=False, gpus=self.spec.gpus > 0)
             engine.gpus = _own_gpus(engine.gpus)
-            if (self.run_dir / rundir.MANIFEST).is_file():
+            if RunFolder(self.run_dir).manifest.is_file():
                 try:
                     return session.resume(engine, self.run_dir, progress=False, say=_quiet, on_metrics=self._rows,
                                           stop=self.stop_request, record=self._record(node), tracking=self._tracking())

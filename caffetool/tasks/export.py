@@ -10,6 +10,7 @@ from caffetool.choices import Limit, bounded, count, input_file, output_file
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
 from caffetool.runs import runrecord
+from caffetool.runs.folder import RunFolder
 from caffetool.tasks._common import pick, task
 from caffetool.tasks.demo import MODEL_HELP, ColourFlags, model_files
 
@@ -46,7 +47,7 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
     files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
                    runs_dir)
     target = output_file(out, "--out") if out else (
-        files.run / exporter.FOLDER / exporter.MODEL if files.run else Path.cwd() / f"{files.weights.stem}.onnx")
+        RunFolder(files.run).export / exporter.MODEL if files.run else Path.cwd() / f"{files.weights.stem}.onnx")
     request = exporter.ExportRequest(files, target, int(bounded(opset, "--opset", Limit("an opset", 1, 10_000,
                                                                                             kind=int))),
                                      _batch(batch), float(bounded(tolerance, "--tolerance", TOLERANCE)),

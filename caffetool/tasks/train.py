@@ -15,6 +15,7 @@ from caffetool.errors import ConfigError
 from caffetool.nets import builders, declaration, prototxt
 from caffetool.nets.solver import SolverOptions
 from caffetool.runs import metrics_io, ownership, runrecord
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import parse_file
 from caffetool.tasks import settings
 from caffetool.tasks._common import chosen_folder, pick, task
@@ -84,10 +85,10 @@ def finish(result: session.TrainResult) -> None:
     for line in final_test.summary(m.get("final", {}), finished=out.status == "finished"):
         print(line)
     if result.weights:
-        beside = [f"{what}: {path}" for what, path in (("deploy", result.run_dir / "deploy.prototxt"),
-                                                       ("labels", result.run_dir / "labels.txt")) if path.is_file()]
+        beside = [f"{what}: {path}" for what, path in (("deploy", RunFolder(result.run_dir).deploy),
+                                                       ("labels", RunFolder(result.run_dir).labels)) if path.is_file()]
         print(f"model:      {result.weights}" + (f" ({', '.join(beside)})" if beside else ""))
-    print(f"curves:     {result.run_dir / 'plots'}")
+    print(f"curves:     {RunFolder(result.run_dir).plots}")
     if out.status != "finished":
         raise Exit(code=1 if out.status != "interrupted" else 130)
 

@@ -26,12 +26,13 @@ from types import ModuleType
 from caffetool.errors import CaffetoolError, RunError, TrackingError
 from caffetool.runs import metrics_io, ownership, runrecord, snapshots
 from caffetool.runs.logparse import Metrics, parse_file
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.scalars import all_of
 from caffetool.track import mapping
 from caffetool.track.live import epoch_ms, record_of
 from caffetool.track.store import Store, opened
 from caffetool.track.target import TrackingTarget
-from caffetool.train import final_test, runner
+from caffetool.train import final_test
 
 
 @dataclass
@@ -112,14 +113,16 @@ def _log(store: Store, run_id: str, run_dir: Path, metrics: Metrics, caffe_pb2: 
 
 def read_metrics(run_dir: Path, manifest: dict) -> Metrics:
     """The rows the run recorded: ``metrics.json``, else ``metrics.csv``, else its ``caffe.log``."""
-    for name, read in (("metrics.json", metrics_io.read_json), ("metrics.csv", metrics_io.read_csv)):
-        if (run_dir / name).is_file():
+    folder = RunFolder(run_dir)
+    for path, read in ((folder.metrics_json, metrics_io.read_json), (folder.metrics_csv, metrics_io.read_csv)):
+        if path.is_file():
             try:
-                return read(run_dir / name)
+                return read(path)
             except RunError:
                 continue
-    if not (run_dir / runner.LOG).is_file():
-        raise RunError(f"{run_dir} has no metrics.json, metrics.csv or {runner.LOG}: it holds no metrics to import")
-    metrics = parse_file(run_dir / runner.LOG)
+    if not folder.log.is_file():
+        raise RunError(f"{run_dir} has no {folder.metrics_json.name}, {folder.metrics_csv.name} or {folder.log.name}: it "
+                       "holds no metrics to import")
+    metrics = parse_file(folder.log)
     final_test.restore(metrics, manifest.get("final") or {})
     return metrics

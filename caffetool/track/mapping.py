@@ -37,14 +37,11 @@ from google.protobuf.message import Message
 
 from caffetool.errors import CaffetoolError
 from caffetool.nets import prototxt
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import ROW_KEYS
-from caffetool.runs.rundir import MANIFEST
 from caffetool.runs.scalars import Scalar
 from caffetool.train import final_test, runner
 
-SOLVER = "solver.prototxt"
-LABELS = "labels.txt"
-PLOTS = "plots"
 # caffetool's statuses as MLflow's (RunStatus); the rest (setting-up, running) are not an end.
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "diverged": "FAILED", "interrupted": "KILLED",
                  "stopped early": "KILLED"}
@@ -57,7 +54,7 @@ def params(manifest: dict, run_dir: Path, caffe_pb2: ModuleType) -> dict[str, st
     """The run's params (see the module's description); a solver that cannot be read gives none of its own."""
     out: dict[str, str] = {}
     try:
-        solver = prototxt.read(run_dir / SOLVER, caffe_pb2.SolverParameter())
+        solver = prototxt.read(RunFolder(run_dir).solver, caffe_pb2.SolverParameter())
     except CaffetoolError:
         solver = None
     if solver is not None:
@@ -116,7 +113,7 @@ def batch_sizes(solver: Message, run_dir: Path, caffe_pb2: ModuleType) -> dict[s
             train = prototxt.read(run_dir / (solver.train_net or solver.net), caffe_pb2.NetParameter())
         if (size := _batch(train, caffe_pb2.TRAIN)) is not None:
             out["batch_size"] = str(size)
-        tests = final_test.test_nets(run_dir / SOLVER, run_dir, caffe_pb2)
+        tests = final_test.test_nets(RunFolder(run_dir).solver, run_dir, caffe_pb2)
         if tests and (size := _batch(tests[0].net, caffe_pb2.TEST)) is not None:
             out["test_batch_size"] = str(size)
     except (CaffetoolError, OSError):
@@ -185,11 +182,12 @@ def artifacts(run_dir: Path, weights: Path | None) -> list[tuple[Path, str | Non
 
 
 def _artifacts(run_dir: Path, weights: Path | None) -> Iterator[tuple[Path, str | None]]:
-    for path in [run_dir / MANIFEST, *sorted(run_dir.glob("*.prototxt")), run_dir / LABELS]:
+    folder = RunFolder(run_dir)
+    for path in [folder.manifest, *sorted(run_dir.glob("*.prototxt")), folder.labels]:
         if path.is_file():
             yield path, None
-    for plot in sorted((run_dir / PLOTS).glob("*.png")):
-        yield plot, PLOTS
+    for plot in sorted(folder.plots.glob("*.png")):
+        yield plot, folder.plots.name
     if weights is not None and weights.is_file():
         yield weights, "weights"
 

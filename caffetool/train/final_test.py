@@ -32,12 +32,12 @@ from caffetool.engine import EngineInfo
 from caffetool.errors import NetError, RunError
 from caffetool.nets import project, prototxt
 from caffetool.runs import snapshots
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import ROW_KEYS, Metrics, outputs
 from caffetool.train import caffe_commands
 
 BY_TRAIN = "caffe train"
 BY_TEST = "caffe test"
-TEST_LOG = "caffe_test.log"
 
 
 @dataclass(frozen=True)
@@ -142,10 +142,10 @@ def caffe_test_net(engine: EngineInfo, run_dir: Path, t: TestNet, weights: Path,
 
 
 def keep_log(run_dir: Path, title: str, log: str) -> None:
-    """Append a ``caffe test`` log to the run's :data:`TEST_LOG`, under ``title``: the evidence for
+    """Append a ``caffe test`` log to the run's test log, under ``title``: the evidence for
     figures that ``caffe.log`` does not hold. A log that cannot be written costs only the log."""
     try:
-        with open(run_dir / TEST_LOG, "a") as f:
+        with open(RunFolder(run_dir).test_log, "a") as f:
             f.write(f"==> {title} <==\n{log}\n")
     except OSError:
         pass

@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from caffetool import glog
+from caffetool import glog, proc
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffetoolError, RunError
-from caffetool import proc
 from caffetool.proc import exit_status
 from caffetool.runs import snapshots
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import LogParser, Metrics
 from caffetool.train.progress import Progress, display
 from caffetool.train.sampler import Sampler
@@ -56,7 +56,6 @@ from caffetool.train.tensorboard import RunEvents
 if TYPE_CHECKING:
     from caffetool.track.live import LiveRun
 
-LOG = "caffe.log"
 _NO_LOCK = contextlib.nullcontext()
 STOPPED_EARLY = "Optimization stopped early."  # Caffe's Solver::Solve, when a signal ended the loop
 TAIL_LINES = 12
@@ -267,7 +266,7 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     shown = display(max_iter, supervisor.metrics.iteration) if progress else None
     refresh = _Every(update_every, on_update)
     try:
-        with _Log(run_dir / LOG, supervisor.fail) as log:
+        with _Log(RunFolder(run_dir).log, supervisor.fail) as log:
             _watch(supervisor, log, shown, refresh, events, on_metrics, lock, stop, tracker)
             code = _wait(supervisor)
     finally:

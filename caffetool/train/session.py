@@ -29,6 +29,7 @@ from caffetool.errors import CaffeRefused, CaffetoolError, ConfigError, PythonLa
 from caffetool.nets import check, declaration, generate, project, prototxt
 from caffetool.nets import solver as solvers
 from caffetool.runs import metrics_io, ownership, rundir, runrecord, snapshots
+from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import LogParser, Metrics, parse_file
 from caffetool.track.live import LiveRun
 from caffetool.train import devices, final_test, runner, tensorboard
@@ -99,7 +100,7 @@ def train(engine: EngineInfo, req: TrainRequest, say: Callable[[str], None] = pr
         # Caffe validates the files as the first step of the run (see _train_and_record).
         generated = generate.generate(engine, model, dataset, run_dir, options, req.batch, req.test_batch,
                                       validate=False)
-        shutil.copyfile(dataset.labels_file, run_dir / layout.LABELS)
+        shutil.copyfile(dataset.labels_file, RunFolder(run_dir).labels)
         solver_msg = prototxt.read(generated.files[generate.SOLVER], caffe_pb2.SolverParameter())
         if chosen.gpu:
             _preflight(engine, prototxt.read(generated.files[generate.TRAIN_VAL], caffe_pb2.NetParameter()), dataset.shape,
@@ -147,11 +148,11 @@ def _train_project(engine: EngineInfo, req: TrainRequest, chosen: devices.Device
         project.write(loaded, run_dir, caffe_pb2)
         derived = None if req.deploy else project.deploy(loaded.train_net, caffe_pb2)
         if req.deploy:
-            shutil.copyfile(req.deploy, run_dir / generate.DEPLOY)
+            shutil.copyfile(req.deploy, RunFolder(run_dir).deploy)
         elif derived is not None:
-            fsio.write_atomic(run_dir / generate.DEPLOY, prototxt.to_text(derived))
+            fsio.write_atomic(RunFolder(run_dir).deploy, prototxt.to_text(derived))
         if req.labels:
-            shutil.copyfile(req.labels, run_dir / layout.LABELS)
+            shutil.copyfile(req.labels, RunFolder(run_dir).labels)
         if req.weights:
             _check_weights(engine, run_dir, Path(req.weights), say)
         argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag,
@@ -228,7 +229,7 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     manifest = ownership.claim(run_dir)
     run = runrecord.Record(run_dir, manifest)
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
-    solver_file = run_dir / generate.SOLVER
+    solver_file = RunFolder(run_dir).solver
     msg = prototxt.read(solver_file, caffe_pb2.SolverParameter())
     start = snapshots.newest_complete(run_dir, caffe_pb2, msg.type or "SGD",
                                       skipped=lambda snap, why: say(f"not resuming from {snap.name}: {why}"))
@@ -263,9 +264,9 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
         raise RunError(f"{run_dir} has no .caffemodel yet; give --weights FILE")
     if weights:
         _check_weights(engine, run_dir, chosen_weights, print, complete=True)
-    nets = final_test.test_nets(run_dir / generate.SOLVER, run_dir, caffe_pb2)
+    nets = final_test.test_nets(RunFolder(run_dir).solver, run_dir, caffe_pb2)
     if not nets:
-        raise RunError(f"{run_dir / generate.SOLVER} has no test net (no test_iter); nothing to test")
+        raise RunError(f"{RunFolder(run_dir).solver} has no test net (no test_iter); nothing to test")
     chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
     records = []
     for t in nets:
@@ -292,8 +293,8 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     and once the final test figures are in."""
     run_dir, manifest = record.run_dir, record.data
     parser = LogParser()
-    if resumed and (run_dir / runner.LOG).exists():
-        with open(run_dir / runner.LOG, errors="replace") as f:
+    if resumed and RunFolder(run_dir).log.exists():
+        with open(RunFolder(run_dir).log, errors="replace") as f:
             for line in f:
                 parser.feed(line)
         parser.metrics.fatal = parser.metrics.diverged_at = None  # how an earlier session ended is not this one's
@@ -304,7 +305,7 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     events: tensorboard.RunEvents | None = None
     tracker = LiveRun(tracking, run_dir, parser.metrics, caffe_pb2, say, continue_run) if tracking else None
     try:
-        events = tensorboard.RunEvents(run_dir / tensorboard.FOLDER, parser.metrics)
+        events = tensorboard.RunEvents(RunFolder(run_dir).tensorboard, parser.metrics)
         outcome = runner.run(argv, run_dir, max_iter, progress, parser=parser, events=events,
                              on_update=lambda metrics: _write_outputs(metrics, run_dir, title),
                              on_metrics=on_metrics, stop=stop, tracker=tracker)
@@ -370,7 +371,7 @@ def _end_tracking(tracker: LiveRun, record: runrecord.Record, m: Metrics, weight
 def _python_abort(run_dir: Path) -> bool:
     """Whether the log ends with libcaffe's abort on a Python exception that Caffe did not print."""
     try:
-        with open(run_dir / runner.LOG, "rb") as f:
+        with open(RunFolder(run_dir).log, "rb") as f:
             f.seek(max(0, f.seek(0, 2) - 16384))
             return runner.PYTHON_ABORT.encode() in f.read()
     except OSError:
@@ -401,12 +402,12 @@ def _measure_final(engine: EngineInfo, argv: list[str], run_dir: Path, m: Metric
 
 def _write_outputs(metrics: Metrics, run_dir: Path, title: str) -> None:
     """metrics.csv, metrics.json and the plots, from what the log has shown so far."""
-    metrics_io.write_csv(metrics, run_dir / "metrics.csv")
-    metrics_io.write_json(metrics, run_dir / "metrics.json")
+    metrics_io.write_csv(metrics, RunFolder(run_dir).metrics_csv)
+    metrics_io.write_json(metrics, RunFolder(run_dir).metrics_json)
     if metrics.train or metrics.test:
         from caffetool.train import plots  # noqa: PLC0415 - matplotlib costs 0.3 s to import
 
-        plots.write_plots(metrics, run_dir / "plots", title)
+        plots.write_plots(metrics, RunFolder(run_dir).plots, title)
 
 
 def _open_record(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.Dataset | None,
@@ -434,7 +435,7 @@ def _open_record(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.
 
 def reparse(run_dir: Path) -> Metrics:
     """Metrics of a run from its caffe.log (for reports and train.parse)."""
-    log = run_dir / runner.LOG
+    log = RunFolder(run_dir).log
     if not log.exists():
         raise RunError(f"{log} does not exist")
     return parse_file(log)

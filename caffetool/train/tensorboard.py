@@ -29,7 +29,6 @@ from caffetool.runs.scalars import NewRows
 if TYPE_CHECKING:
     from tensorboardX.proto import event_pb2
 
-FOLDER = "tensorboard"
 FLUSH_EVERY = 5.0
 PATTERN = "events.out.tfevents.*"
 
