@@ -89,7 +89,7 @@ class RunView:
         try:
             manifest = runrecord.read(self.run_dir)
         except RunError:
-            raise DamagedRun(f"the run's {runrecord.MANIFEST} cannot be read; `caffetool train.report "
+            raise DamagedRun(f"the run's {NAMES['manifest']} cannot be read; `caffetool train.report "
                              f"{self.run_dir.name}` on the server says why") from None
         out: dict[str, Any] = {key: manifest.get(key) for key in MANIFEST_KEYS}
         dataset = manifest.get("dataset")
