@@ -90,9 +90,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from caffetool import apt, fsio
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.demo import classifier as demo_model
-from caffetool.demo.modelfiles import ModelFiles, from_run
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import CaffetoolError
+from caffetool.inference.modelfiles import ModelFiles, from_run
 
 PROJECT = Path(__file__).resolve().parents[1]
 CAFFETOOL = Path(sys.executable).parent / "caffetool"

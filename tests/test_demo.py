@@ -20,6 +20,7 @@ import pytest
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import NetError
+from caffetool.inference import modelfiles
 
 from .conftest import PROJECT
 from .processes import stop
@@ -180,10 +181,10 @@ def test_concurrent_requests_are_all_answered_correctly(server, test_images):
 
 def test_backends_agree(engine, trained_run, test_images):
     images, _ = test_images
-    files = demo_classifier.from_run(trained_run)
+    files = modelfiles.from_run(trained_run)
     caffe_net = demo_classifier.load(engine, files, "caffe")
     opencv_net = demo_classifier.load(engine, files, "opencv", validate=False)
-    from caffetool.demo import preprocess
+    from caffetool.inference import preprocess
 
     for data in images[:100]:
         blob = preprocess.prepare(data, caffe_net.transform, caffe_net.max_pixels).blob
@@ -247,7 +248,7 @@ def test_a_host_other_than_loopback_is_served_with_a_warning(trained_run):
 def test_wrong_label_count_fails_start_up(engine, trained_run, tmp_path):
     labels = tmp_path / "labels.txt"
     labels.write_text("a\nb\n")
-    files = demo_classifier.ModelFiles(trained_run / "deploy.prototxt", next((trained_run / "snapshots").glob("*.caffemodel")), labels)
+    files = modelfiles.ModelFiles(trained_run / "deploy.prototxt", next((trained_run / "snapshots").glob("*.caffemodel")), labels)
     with pytest.raises(NetError, match="names 2 classes, the net outputs 10"):
         demo_classifier.load(engine, files)
 

@@ -20,9 +20,10 @@ import pytest
 import skimage.data
 import skimage.io
 
-from caffetool.demo import caffeio, grids, preprocess
 from caffetool.demo import classifier as demo_classifier
+from caffetool.demo import grids
 from caffetool.errors import ConfigError, DataError
+from caffetool.inference import caffeio, modelfiles, preprocess
 from caffetool.nets import builders, declaration, transform
 
 from .test_demo import free_port, start_server, stop
@@ -69,8 +70,8 @@ def colour_model(caffe, tmp_path_factory):
     return folder
 
 
-def files_of(folder, **options) -> demo_classifier.ModelFiles:
-    return demo_classifier.ModelFiles(folder / "deploy.prototxt", folder / "caffenet.caffemodel",
+def files_of(folder, **options) -> modelfiles.ModelFiles:
+    return modelfiles.ModelFiles(folder / "deploy.prototxt", folder / "caffenet.caffemodel",
                                       folder / "labels.txt", mean=folder / "mean.binaryproto", **options)
 
 
@@ -258,7 +259,7 @@ def test_colour_flags_for_a_run_or_a_grey_net_are_refused(engine, trained_run):
     assert refused.returncode == 1
     assert refused.stderr.strip() == ("Error: only a --deploy model takes --mean-values; a run is fed with its "
                                       "own training transform")
-    files = demo_classifier.from_run(trained_run)
+    files = modelfiles.from_run(trained_run)
     files.oversample = True
     with pytest.raises(ConfigError, match=r"^only colour \(3-channel\) nets take --oversample; this net takes 1 "):
         demo_classifier.load(engine, files, validate=False)
@@ -269,7 +270,7 @@ def test_colour_flags_for_a_run_or_a_grey_net_are_refused(engine, trained_run):
 
 @pytest.fixture(scope="module")
 def lenet(engine, trained_run):
-    return demo_classifier.load(engine, demo_classifier.from_run(trained_run), validate=False)
+    return demo_classifier.load(engine, modelfiles.from_run(trained_run), validate=False)
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +321,7 @@ def test_visualize_refuses_layers_without_a_4d_output_of_their_own(lenet, digit_
 
 
 def test_visualize_needs_the_caffe_backend(engine, trained_run, digit_png):
-    opencv = demo_classifier.load(engine, demo_classifier.from_run(trained_run), "opencv", validate=False)
+    opencv = demo_classifier.load(engine, modelfiles.from_run(trained_run), "opencv", validate=False)
     with pytest.raises(demo_classifier.NoVisualizations, match=r"^visualizations need the caffe backend"):
         opencv.visualize(digit_png, None)
 

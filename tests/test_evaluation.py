@@ -18,8 +18,9 @@ from caffetool.data import datum, db
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import DataError, NetError, RunError
-from caffetool.evaluation import confusion_figures, evaluator, labelled, metrics, records, writeup
+from caffetool.evaluation import confusion_figures, evaluator, labelled, metrics, writeup
 from caffetool.fsio import staging_folders
+from caffetool.inference import modelfiles, records
 from caffetool.nets import prototxt
 from caffetool.nets.solver import SolverOptions
 from caffetool.train import caffe_commands, session
@@ -180,7 +181,7 @@ def test_a_solver_run_from_bvlc_files_evaluates_too(engine, caffe, fashion_data,
     # --split train reads the TRAIN-phase Data layer's database (evaluating its 60,000 records is left out here)
     train = records.source(trained.run_dir, "train", caffe.proto.caffe_pb2)
     assert train.path.resolve() == (root / "examples/mnist/mnist_train_lmdb").resolve()
-    assert (train.batch_size, train.test_net, records.transform_of(train, root).scale) == (64, None, 0.00390625)
+    assert (train.batch_size, train.test_net, train.transform.scale) == (64, None, 0.00390625)
     assert evaluator.folder_name(Path("x/lenet_iter_40.caffemodel"), "train", "opencv") == "lenet_iter_40-train-opencv"
 
 
@@ -240,7 +241,7 @@ def test_a_list_file_labels_images_as_convert_imageset_reads_it(engine, run_copy
     folder, labels = class_folders
     listing = tmp_path / "list.txt"
     listing.write_text("".join(f"{folder}/{label}/{i:03d}.png {label}\n" for i, label in enumerate(labels[:20])))
-    classifier = demo_classifier.load(engine, demo_classifier.from_run(run_copy))
+    classifier = demo_classifier.load(engine, modelfiles.from_run(run_copy))
     items = labelled.from_list(listing, 10)
     assert [i.label for i in items] == labels[:20]
     outcome = labelled.evaluate(classifier, items, 5, tmp_path / "out", str(listing))
@@ -288,8 +289,8 @@ def test_records_are_transformed_bit_for_bit_as_caffes_data_layer(caffe, tmp_pat
                         f'transform_param {{ {transform_param.replace("mean.binaryproto", str(tmp_path / "mean.binaryproto"))} }} '
                         f'data_param {{ source: "{path}" batch_size: 20 backend: LMDB }} }}')
     layer = prototxt.read(net_file, pb2.NetParameter()).layer[0]
-    src = records.Source("test", path, layer, 20, None)
-    ours = list(records.batches(src, records.transform_of(src, tmp_path), pb2, 20, shape))
+    src = records.Source("test", path, layer, 20, None, tmp_path)
+    ours = list(records.batches(src, pb2, 20, shape))
     assert [len(b.keys) for b in ours] == [20, 20, 10] and ours[2].keys[-1] == "00000049"
     net = caffe.Net(str(net_file), caffe.TEST)
     for batch in ours[:2]:  # Caffe's Data layer wraps around after the last record: compare whole batches

@@ -21,8 +21,8 @@ from caffetool.data import db
 from caffetool.demo import classifier as demo_classifier
 from caffetool.engine import locate
 from caffetool.errors import ExportError
-from caffetool.evaluation import records
 from caffetool.export import exporter
+from caffetool.inference import modelfiles, records
 
 from .processes import stop
 from .test_demo import free_port, start_server, test_images  # noqa: F401 - test_images is a fixture
@@ -72,7 +72,7 @@ def test_a_run_exports_verified_on_its_whole_test_set(exported, caffe):
                                                             "ip2", "prob"]
     assert all(row["max_rel_error"] <= 1e-4 for row in verified["layers"])
     assert "top-1 agrees on 10,000 of 10,000 images" in out and "conv2 (Convolution)" in out
-    weights = demo_classifier.from_run(run).weights
+    weights = modelfiles.from_run(run).weights
     assert record["sha256"] == {"deploy": sha256_file(run / "deploy.prototxt"), "weights": sha256_file(weights),
                                 "onnx": sha256_file(model_path)}
     assert record["versions"]["onnx"] == onnx.__version__ and record["versions"]["onnxruntime"] == ort.__version__
@@ -85,7 +85,7 @@ def test_a_run_exports_verified_on_its_whole_test_set(exported, caffe):
     assert steps["input_scale"] == 0.00390625 and steps["raw_scale"] == 255 and steps["mean"] is None
     # independently of the export's own check: the written file against pycaffe on test records
     src = records.source(run, "test", caffe.proto.caffe_pb2)
-    batch = next(records.batches(src, records.transform_of(src, run), caffe.proto.caffe_pb2, 64, (1, 28, 28)))
+    batch = next(records.batches(src, caffe.proto.caffe_pb2, 64, (1, 28, 28)))
     net = caffe.Net(str(run / "deploy.prototxt"), str(weights), caffe.TEST)
     net.blobs["data"].reshape(64, 1, 28, 28)
     net.blobs["data"].data[...] = batch.blob
@@ -117,7 +117,7 @@ def test_export_check_passes_on_the_export_and_names_the_layer_of_a_changed_one(
 
 def test_a_tolerance_no_export_meets_writes_nothing(exported, tmp_path):
     run, _ = exported
-    weights = demo_classifier.from_run(run).weights
+    weights = modelfiles.from_run(run).weights
     done = caffetool("export", "--deploy", str(run / "deploy.prototxt"), "--weights", str(weights), "--out",
                      str(tmp_path / "m.onnx"), "--tolerance", "1e-12", cwd=tmp_path)
     assert done.returncode == 1
@@ -128,16 +128,15 @@ def test_a_tolerance_no_export_meets_writes_nothing(exported, tmp_path):
 
 def test_with_preprocessing_the_model_takes_images(exported, caffe, tmp_path):
     run, _ = exported
-    weights = demo_classifier.from_run(run).weights
+    weights = modelfiles.from_run(run).weights
     succeeded(caffetool("export", run.name, "--runs-dir", str(run.parent), "--with-preprocessing", "--images",
                         "1000", "--out", str(tmp_path / "pre.onnx"), cwd=tmp_path))
     session = ort.InferenceSession(str(tmp_path / "pre.onnx"), providers=["CPUExecutionProvider"])
     assert [(i.name, i.shape) for i in session.get_inputs()] == [("image", ["N", 28, 28, 1])]
     src = records.source(run, "test", caffe.proto.caffe_pb2)
-    t = records.transform_of(src, run)
-    pixels = np.stack([records.planes(v, caffe.proto.caffe_pb2, t)[0] for _, v in
+    pixels = np.stack([records.planes(v, caffe.proto.caffe_pb2, src.transform)[0] for _, v in
                        zip(range(32), (value for _, value in db.read(src.path)))])
-    transformer = records.Transformer(t, caffe.proto.caffe_pb2)
+    transformer = records.Transformer(src, caffe.proto.caffe_pb2)
     net = caffe.Net(str(run / "deploy.prototxt"), str(weights), caffe.TEST)
     net.blobs["data"].reshape(32, 1, 28, 28)
     net.blobs["data"].data[...] = np.stack([transformer(p) for p in pixels])
@@ -190,7 +189,7 @@ def test_evaluate_and_the_demo_on_onnxruntime_answer_as_caffe(exported, tmp_path
     child = start_server(["--run", str(run), "--backend", "onnxruntime"], port)
     try:
         assert child.poll() is None, child.stderr.read()
-        caffe_side = demo_classifier.load(locate(), demo_classifier.from_run(run), "caffe")
+        caffe_side = demo_classifier.load(locate(), modelfiles.from_run(run), "caffe")
         for data in images[:50]:
             answer = httpx.post(f"http://127.0.0.1:{port}/api/classify", content=data, timeout=30).json()
             expected = caffe_side.classify(data)["top"]
@@ -205,7 +204,7 @@ def test_evaluate_and_the_demo_on_onnxruntime_answer_as_caffe(exported, tmp_path
 def test_every_deploy_net_shipped_with_the_engine_exports_and_verifies(engine, caffe, deploy, tmp_path):
     source = SHARE / deploy
     weights = random_weights(caffe, source, tmp_path / "random.caffemodel")
-    request = exporter.ExportRequest(demo_classifier.ModelFiles(source, weights, None), tmp_path / "m.onnx", images=4)
+    request = exporter.ExportRequest(modelfiles.ModelFiles(source, weights, None), tmp_path / "m.onnx", images=4)
     result = exporter.export(engine, request, say=lambda _: None)
     assert result.verification.passed and result.verification.images == 4
     assert all(f.rel <= 1e-4 for f in result.verification.layers)
@@ -236,7 +235,7 @@ def refused(tmp_path: Path, *args: str) -> str:
 
 def test_refusals_name_the_layer_and_write_nothing(exported, caffe, tmp_path):
     run, _ = exported
-    weights = demo_classifier.from_run(run).weights
+    weights = modelfiles.from_run(run).weights
     line = refused(tmp_path, "--deploy", str(run / "train_val.prototxt"), "--weights", str(weights))
     assert "layer 'mnist' (Data) cannot be exported: reads training data: export the deploy net" in line
     python_net = tmp_path / "python.prototxt"
@@ -259,6 +258,6 @@ def test_library_refusal_of_a_net_without_input(engine, caffe, tmp_path):
     net = tmp_path / "none.prototxt"
     net.write_text('layer { name: "d" type: "DummyData" top: "x" dummy_data_param { shape { dim: 1 } } }\n')
     with pytest.raises(ExportError, match=r"layer 'd' \(DummyData\) cannot be exported"):
-        exporter.export(engine, exporter.ExportRequest(demo_classifier.ModelFiles(net, net, None),
+        exporter.export(engine, exporter.ExportRequest(modelfiles.ModelFiles(net, net, None),
                                                        tmp_path / "m.onnx"), say=lambda _: None)
     assert not (tmp_path / "m.onnx").exists()

@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 from caffetool.engine.locate import caffe_env
+from caffetool.nets import testnets
 from caffetool.nets.solver import SolverOptions
+from caffetool.runs import final_figures
 from caffetool.runs.logparse import parse_file
 from caffetool.train import caffe_commands, final_test, session
 
@@ -63,24 +65,24 @@ def test_a_run_ending_between_tests_is_tested_at_its_last_iteration(engine, fash
 
 def test_caffes_own_test_at_the_last_iteration_is_kept(engine, fashion_data, tmp_path):
     result = quick_run(engine, fashion_data, tmp_path, "r40", max_iter=40, test_interval=20)
-    final = result.manifest["final"]
+    final = result.manifest.final
     logged = parse_file(result.run_dir / "caffe.log").test[0][-1]
     assert final["measured_by"] == {"test0": "caffe train"}
     assert final["test0"] == logged and logged["NumIters"] == 40
-    assert "final_test" in result.manifest["timings_s"]
-    assert final_test.summary(final) == [f"final test: iteration 40: accuracy {logged['accuracy']:.4f}, "
+    assert "final_test" in result.manifest.timings_s
+    assert final_figures.summary(final) == [f"final test: iteration 40: accuracy {logged['accuracy']:.4f}, "
                                        f"loss {logged['loss']:.4f}"]
 
 
 def test_a_resumed_run_keeps_the_figure_measured_before(fashion_data, tmp_path, engine):
     result = quick_run(engine, fashion_data, tmp_path, "resumed", max_iter=30, test_interval=20)
-    measured = result.manifest["final"]["test0"]
+    measured = result.manifest.final["test0"]
     again = session.resume(engine, result.run_dir, max_iter=50, progress=False, say=lambda _: None)
     assert again.outcome.status == "finished"
     tests = json.loads((result.run_dir / "metrics.json").read_text())["test"]["0"]
     assert [r["NumIters"] for r in tests] == [0, 20, 30, 40, 50]
     assert tests[2] == measured
-    assert again.manifest["final"]["test0"]["NumIters"] == 50
+    assert again.manifest.final["test0"]["NumIters"] == 50
 
 
 def test_every_test_net_of_the_autoencoder_is_measured_with_its_stage(engine, caffe, fashion_data, tmp_path):
@@ -113,7 +115,7 @@ def test_the_test_nets_are_built_in_caffes_order(caffe, tmp_path):
     (tmp_path / "solver.prototxt").write_text(
         'test_net: "a.prototxt"\nnet: "b.prototxt"\ntest_iter: 2\ntest_iter: 3\ntest_iter: 4\n'
         'test_state { stage: "x" }\ntest_state { stage: "y" level: 2 }\ntest_state { }\n')
-    nets = final_test.test_nets(tmp_path / "solver.prototxt", tmp_path, caffe.proto.caffe_pb2)
+    nets = testnets.test_nets(tmp_path / "solver.prototxt", tmp_path, caffe.proto.caffe_pb2)
     assert [(t.index, t.source, t.batches, t.net.name) for t in nets] == [
         (0, "test_net a.prototxt", 2, "a"), (1, "net b.prototxt", 3, "b"), (2, "net b.prototxt", 4, "b")]
     assert [(list(t.net.state.stage), t.net.state.level, t.net.state.phase) for t in nets] == [
@@ -133,13 +135,13 @@ def test_without_weights_at_the_last_iteration_the_figure_is_not_measured(engine
     final = final_test.measure(engine, tmp_path, tmp_path / "solver.prototxt", m, [], caffe.proto.caffe_pb2,
                              say=lambda _: None)
     assert (final.measured_by, final.not_measured) == ({}, "no weights were saved at iteration 15")
-    record = final_test.last_figures(m) | final.record()
+    record = final_figures.last_figures(m) | final.record()
     loss = m.test[0][-1]["loss"]
-    assert final_test.summary(record) == [f"final test: iteration 10: loss {loss:.4f}",
+    assert final_figures.summary(record) == [f"final test: iteration 10: loss {loss:.4f}",
                                         "            not measured at iteration 15: no weights were saved at iteration 15"]
 
 
 def test_a_run_that_did_not_finish_names_its_last_test_as_such():
     final = {"iteration": 25, "test0": {"NumIters": 0, "Seconds": 0.1, "LearningRate": 0.01, "accuracy": 0.1}}
-    assert final_test.summary(final, finished=False) == ["last test:  iteration 0: accuracy 0.1000"]
-    assert final_test.summary(final) == ["final test: iteration 0: accuracy 0.1000"]
+    assert final_figures.summary(final, finished=False) == ["last test:  iteration 0: accuracy 0.1000"]
+    assert final_figures.summary(final) == ["final test: iteration 0: accuracy 0.1000"]

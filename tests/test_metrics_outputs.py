@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from caffetool.runs import comparison, metrics_io
+from caffetool.runs import comparison, final_figures, metrics_io
 from caffetool.runs.logparse import Metrics, parse_file
-from caffetool.train import final_test, plots, progress
+from caffetool.runs.runrecord import Manifest
+from caffetool.train import plots, progress
 
 from .caffe_root import autoencoder_log
 
@@ -72,10 +73,10 @@ def test_progress_shows_each_test_nets_outputs(autoencoder):
 
 
 def test_the_report_has_a_column_for_each_test_output(autoencoder):
-    manifest = {"name": "ae", "status": "finished", "iterations": 30, "timings_s": {"solving": 3.0},
-                "device": {"label": "CPU"}, "final": final_test.last_figures(autoencoder)}
-    classifier = {"name": "lenet", "status": "finished", "iterations": 30, "timings_s": {"solving": 1.5},
-                  "device": {"label": "CPU"}, "final": {"test0": {"NumIters": 30, "accuracy": 0.7, "loss": 0.8}}}
+    manifest = Manifest(name="ae", status="finished", iterations=30, timings_s={"solving": 3.0},
+                        device={"label": "CPU"}, final=final_figures.last_figures(autoencoder))
+    classifier = Manifest(name="lenet", status="finished", iterations=30, timings_s={"solving": 1.5},
+                          device={"label": "CPU"}, final={"test0": {"NumIters": 30, "accuracy": 0.7, "loss": 0.8}})
     t = comparison.table([manifest, classifier])
     assert t.columns == ["run", "device(s)", "iterations", "wall time", "iter/s",
                          "test #0 cross_entropy_loss", "test #0 l2_error", "test #1 cross_entropy_loss",

@@ -16,9 +16,8 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from caffetool.demo import classifier as demo_classifier
-from caffetool.evaluation import records
 from caffetool.export import exporter
+from caffetool.inference import modelfiles, records
 
 from .processes import stop
 from .test_demo import free_port, start_server
@@ -37,7 +36,7 @@ def repository(engine, caffe, trained_run, tmp_path_factory):
     (root / "lenet" / "1").symlink_to(trained_run)
     second = root / "lenet" / "2"
     shutil.copytree(trained_run, second, symlinks=True)
-    weights = {"1": demo_classifier.from_run(trained_run).weights, "2": demo_classifier.from_run(second).weights}
+    weights = {"1": modelfiles.from_run(trained_run).weights, "2": modelfiles.from_run(second).weights}
     net = caffe.Net(str(second / "deploy.prototxt"), str(weights["2"]), caffe.TEST)
     net.params[list(net.params)[-1]][0].data[...] *= 0.5
     net.save(str(weights["2"]))
@@ -64,7 +63,7 @@ def server(repository):
 def rows(caffe, trained_run):
     """16 test records as the net takes them."""
     src = records.source(trained_run, "test", caffe.proto.caffe_pb2)
-    return next(records.batches(src, records.transform_of(src, trained_run), caffe.proto.caffe_pb2, 16,
+    return next(records.batches(src, caffe.proto.caffe_pb2, 16,
                                 (1, 28, 28))).blob
 
 

@@ -40,7 +40,7 @@ def ended_process() -> dict:
 def write_run(tmp_path: Path, **manifest: object) -> Path:
     run = tmp_path / "r1"
     run.mkdir()
-    runrecord.write(run, {"name": "r1", **manifest})
+    runrecord.write(run, runrecord.Manifest.from_dict({"name": "r1", **manifest}))
     return run
 
 
@@ -68,31 +68,31 @@ def test_a_running_run_whose_owner_is_gone_is_settled_as_interrupted(tmp_path):
     run = write_run(tmp_path, status="running", owner=ended_process())
     (run / ownership.ROOM).write_bytes(bytes(10))
     settled = ownership.settle(run)
-    assert settled["status"] == "interrupted" and settled["exit_code"] is None
-    assert settled["message"] == (f"the process that was training it (pid {settled['owner']['pid']}) ended without "
+    assert settled.status == "interrupted" and settled.exit_code is None
+    assert settled.message == (f"the process that was training it (pid {settled.owner['pid']}) ended without "
                                   "recording an outcome; continue from its newest complete snapshot with "
                                   "`caffetool train.resume r1`")
-    assert json.loads((RunFolder(run).manifest).read_text()) == settled
+    assert json.loads(RunFolder(run).manifest.read_text()) == settled.as_dict()
     assert not (run / ownership.ROOM).exists()
 
 
 def test_live_and_finished_runs_are_left_alone(tmp_path, sleeper):
     live = {**ownership.me(), "pid": sleeper.pid, "start": ownership.start_ticks(sleeper.pid)}
     run = write_run(tmp_path, status="running", owner=live)
-    assert ownership.settle(run)["status"] == "running"
-    runrecord.write(run, {"name": "r1", "status": "finished", "owner": ended_process()})
-    assert ownership.settle(run)["status"] == "finished"
+    assert ownership.settle(run).status == "running"
+    runrecord.write(run, runrecord.Manifest(name="r1", status="finished", owner=ended_process()))
+    assert ownership.settle(run).status == "finished"
 
 
 def test_a_run_another_live_process_trains_is_not_taken(tmp_path, sleeper):
     live = {**ownership.me(), "pid": sleeper.pid, "start": ownership.start_ticks(sleeper.pid)}
-    manifest = {"status": "running", "owner": live}
+    manifest = runrecord.Manifest(status="running", owner=live)
     with pytest.raises(RunError, match=rf"^run r1 is being trained by process {sleeper.pid} on "
                                        rf"{socket.gethostname()}; wait for it to end or stop it first$"):
         ownership.take(tmp_path / "r1", manifest)
-    manifest["status"] = "interrupted"
+    manifest.status = "interrupted"
     ownership.take(tmp_path / "r1", manifest)
-    assert manifest["owner"]["pid"] == os.getpid()
+    assert manifest.owner["pid"] == os.getpid()
 
 
 def test_room_for_the_record_is_kept_where_there_is_room(tmp_path):
@@ -108,6 +108,6 @@ def test_room_for_the_record_is_kept_where_there_is_room(tmp_path):
 def test_a_manifest_that_is_not_an_object_is_refused(tmp_path):
     run = tmp_path / "r1"
     run.mkdir()
-    (RunFolder(run).manifest).write_text("[1, 2]")
+    RunFolder(run).manifest.write_text("[1, 2]")
     with pytest.raises(RunError, match=r"manifest.json is not a run manifest \(a JSON object\)$"):
         ownership.settle(run)

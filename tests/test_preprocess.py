@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from caffetool.demo import preprocess
+from caffetool.inference import preprocess
 
 GREY_28 = preprocess.Transform(channels=1, height=28, width=28)
 

@@ -16,6 +16,7 @@ from caffetool.checksum import sha256_file
 from caffetool.demo import classifier
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import ConfigError, DataError, NetError, RunError
+from caffetool.inference import modelfiles
 from caffetool.nets import project
 from caffetool.nets.solver import SolverOptions
 from caffetool.train import session
@@ -159,26 +160,26 @@ def test_train_solver_runs_bvlc_lenet_from_the_caffe_root(engine, caffe, fashion
                     "run mine: examples/mnist/lenet_solver.prototxt, 60 iterations, CPU",
                     "testing the weights of iteration 60: test net #0 (5 batches)"]
     m = result.manifest
-    assert m["iterations"] == 60
-    assert m["final"]["test0"]["NumIters"] == 60
+    assert m.iterations == 60
+    assert m.final["test0"]["NumIters"] == 60
     mnist = root / "examples/mnist"
-    assert m["project"]["files_sha256"][str(mnist / "lenet_train_test.prototxt")] == sha256_file(
+    assert m.project["files_sha256"][str(mnist / "lenet_train_test.prototxt")] == sha256_file(
         mnist / "lenet_train_test.prototxt")
-    assert "max_iter: 10000" in m["project"]["original_solver"]
-    assert "max_iter: 60" in m["project"]["effective_solver"]
+    assert "max_iter: 10000" in m.project["original_solver"]
+    assert "max_iter: 60" in m.project["effective_solver"]
     assert (result.run_dir / "snapshots/lenet_iter_60.caffemodel").is_file()
     deploy = caffe.Net(str(result.run_dir / "deploy.prototxt"),
                        str(result.run_dir / "snapshots/lenet_iter_60.caffemodel"), caffe.TEST)
     assert deploy.blobs["data"].data.shape == (1, 1, 28, 28)
     assert deploy.outputs == ["prob"] and deploy.blobs["prob"].data.shape == (1, 10)
-    served = classifier.load(engine, classifier.from_run(result.run_dir))  # no --labels: classes by index
+    served = classifier.load(engine, modelfiles.from_run(result.run_dir))  # no --labels: classes by index
     assert served.labels == [str(i) for i in range(10)]
     image = cv2.imencode(".png", np.full((28, 28), 255, np.uint8))[1].tobytes()
     assert {t["label"] for t in served.classify(image, top=10)["top"]} == set(served.labels)
     assert tree_hash(root) == before
     resumed = session.resume(engine, result.run_dir, max_iter=80, progress=False, say=said.append)
     assert resumed.outcome.status == "finished"
-    assert resumed.manifest["iterations"] == 80
+    assert resumed.manifest.iterations == 80
     assert tree_hash(root) == before
 
 
@@ -208,7 +209,7 @@ def test_the_demo_says_a_run_without_a_deploy_net_is_no_classifier(engine, tmp_p
     run_dir = tmp_path / "run"
     (run_dir / "snapshots").mkdir(parents=True)
     (run_dir / "train_net.prototxt").write_text('name: "autoencoder"\n')
-    files = classifier.ModelFiles(run_dir / "deploy.prototxt", run_dir / "snapshots/x_iter_1.caffemodel",
+    files = modelfiles.ModelFiles(run_dir / "deploy.prototxt", run_dir / "snapshots/x_iter_1.caffemodel",
                                   run_dir / "labels.txt", run=run_dir)
     with pytest.raises(RunError) as caught:
         classifier.load(engine, files)

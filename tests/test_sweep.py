@@ -106,8 +106,8 @@ def test_a_stop_request_snapshots_a_run_started_where_sigint_is_blocked(tmp_path
     thread.join(120)
     result = done["result"]
     assert result.outcome.status == "stopped early", result.outcome.message
-    at = result.manifest["iterations"]
-    assert at < 3000 and result.manifest["status"] == "stopped early"
+    at = result.manifest.iterations
+    assert at < 3000 and result.manifest.status == "stopped early"
     assert "Optimization stopped early." in (result.run_dir / "caffe.log").read_text()
     assert (result.run_dir / "snapshots" / f"lenet_iter_{at}.solverstate").is_file()
 
@@ -162,7 +162,7 @@ def test_a_held_run_waits_for_each_verdict_and_stops_where_it_was_held(tmp_path:
         thread.join(120)
     result = done["result"]
     assert result.outcome.status == "stopped early", result.outcome.message
-    at = result.manifest["iterations"]
+    at = result.manifest.iterations
     assert holds[1][0] <= at <= holds[1][0] + 10, (holds, at)  # it stops where it was held, not later
     assert (result.run_dir / "snapshots" / f"lenet_iter_{at}.solverstate").is_file()
 

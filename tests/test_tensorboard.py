@@ -9,8 +9,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from caffetool.errors import RunError
 from caffetool.nets.solver import SolverOptions
-from caffetool.runs.logparse import Metrics, parse_file
 from caffetool.runs.folder import RunFolder
+from caffetool.runs.logparse import Metrics, parse_file
 from caffetool.train import session, tensorboard
 
 from .caffe_root import autoencoder_log
@@ -51,7 +51,7 @@ def test_a_training_writes_every_figure_for_tensorboard(engine, fashion_data, tm
     assert values(events, "train/loss") == pytest.approx([r["loss"] for r in m.train if "loss" in r], rel=1e-6)
     assert steps(events, "train/lr") == [0, 10, 20, 30, 40, 50, 60]
     assert steps(events, "test0/accuracy") == [0, 40, 60]  # 60: measured by `caffe test` at the end
-    assert values(events, "test0/accuracy")[-1] == pytest.approx(result.manifest["final"]["test0"]["accuracy"])
+    assert values(events, "test0/accuracy")[-1] == pytest.approx(result.manifest.final["test0"]["accuracy"])
     assert all(0 <= step <= 60 for step in steps(events, "system/cpu_percent"))
     assert all(value > 10 for value in values(events, "system/rss_mb"))
 

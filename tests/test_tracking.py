@@ -181,7 +181,7 @@ def test_a_store_that_cannot_be_written_leaves_the_training_as_it_is(engine, fas
         assert f"`caffetool track.import {result.run_dir} --tracking-uri {uri}`" in warnings[0]
         m = manifest(result.run_dir)
         assert m["status"] == "finished" and "tracking" not in m and m["final"]["test0"]["NumIters"] == 40
-        assert m == result.manifest
+        assert m == result.manifest.as_dict()
         assert (result.run_dir / "metrics.json").is_file() and list((result.run_dir / "plots").glob("*.png"))
     assert (tmp_path / "a-file").read_text() == "not a folder\n"
 
@@ -248,27 +248,27 @@ def test_a_child_run_is_logged_under_its_parent(engine, fashion_data, tmp_path):
     parent = track.start_parent(target, "sweep-1", params={"metric": "test/accuracy"}, tags={"kind": "sweep"})
     child = track.TrackingTarget(target.uri, "a-sweep", parent_run_id=parent, tags={"trial": "00000"})
     result = train(engine, fashion_data, tmp_path / "runs", "trial-00000", child, [], max_iter=40, test_interval=20)
-    track.end_parent(target, parent, "finished", {"best/test0/accuracy": result.manifest["final"]["test0"]["accuracy"]})
+    track.end_parent(target, parent, "finished", {"best/test0/accuracy": result.manifest.final["test0"]["accuracy"]})
     client = MlflowClient(target.uri)
     experiment = client.get_experiment_by_name("a-sweep").experiment_id
     children = client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
     assert [(r.info.run_name, r.data.tags["trial"], r.info.status) for r in children] == [
         ("trial-00000", "00000", "FINISHED")]
-    assert result.manifest["tracking"]["parent_run_id"] == parent
+    assert result.manifest.tracking["parent_run_id"] == parent
     sweep = client.get_run(parent)
     assert (sweep.info.run_name, sweep.info.status, sweep.data.params, sweep.data.tags["kind"]) == (
         "sweep-1", "FINISHED", {"metric": "test/accuracy"}, "sweep")
-    assert sweep.data.metrics["best/test0/accuracy"] == pytest.approx(result.manifest["final"]["test0"]["accuracy"])
+    assert sweep.data.metrics["best/test0/accuracy"] == pytest.approx(result.manifest.final["test0"]["accuracy"])
 
 
 def test_a_resumed_run_goes_on_in_the_same_mlflow_run(engine, fashion_data, tmp_path):
     target = track.TrackingTarget(uri_of(tmp_path / "mlflow.db"))
     first = train(engine, fashion_data, tmp_path / "runs", "resumed", target, [], max_iter=40, test_interval=20,
                   display=10)
-    run_id = first.manifest["tracking"]["run_id"]
+    run_id = first.manifest.tracking["run_id"]
     again = session.resume(engine, first.run_dir, max_iter=80, progress=False, say=lambda _: None, tracking=target)
     assert again.outcome.status == "finished", again.outcome.message
-    assert again.manifest["tracking"]["run_id"] == run_id
+    assert again.manifest.tracking["run_id"] == run_id
     client = MlflowClient(target.uri)
     run = only_run(client)
     assert (run.info.run_id, run.info.status, run.data.params["max_iter"]) == (run_id, "FINISHED", "40")

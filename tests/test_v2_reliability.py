@@ -29,8 +29,7 @@ import pytest
 import tritonclient.http as triton
 
 from caffetool import glog
-from caffetool.demo import classifier as demo_classifier
-from caffetool.evaluation import records
+from caffetool.inference import modelfiles, records
 from caffetool.train import caffe_commands
 
 from .processes import stop
@@ -79,7 +78,7 @@ def test_set(caffe, trained_run):
     inputs, with their labels and the batch size."""
     src = records.source(trained_run, "test", caffe.proto.caffe_pb2)
     iterations = -(-EVAL_IMAGES // src.batch_size)
-    found = records.batches(src, records.transform_of(src, trained_run), caffe.proto.caffe_pb2, src.batch_size,
+    found = records.batches(src, caffe.proto.caffe_pb2, src.batch_size,
                             SHAPE)
     taken = [next(found) for _ in range(iterations)]
     return np.concatenate([b.blob for b in taken]), np.concatenate([b.labels for b in taken]), src.batch_size
@@ -302,7 +301,7 @@ BATCH_LINE = re.compile(r"^Batch (\d+), accuracy = ([-+.\deE]+)$")
 
 def test_accuracy_through_v2_equals_caffe_test(engine, server, trained_run, test_set):
     blob, labels, batch_size = test_set
-    weights = demo_classifier.from_run(trained_run).weights
+    weights = modelfiles.from_run(trained_run).weights
     theirs = caffe_commands.caffe_test(engine, trained_run, weights, len(blob) // batch_size, [])
     per_batch = [float(m.group(2)) for line in glog.lines(theirs.log) if (m := BATCH_LINE.match(line.message))]
     assert len(per_batch) == len(blob) // batch_size

@@ -11,8 +11,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from caffetool.demo import classifier as demo_classifier
-from caffetool.evaluation import records
+from caffetool.inference import modelfiles, records
 
 from .processes import stop
 from .test_demo import free_port, start_server
@@ -32,9 +31,9 @@ def v2_server(trained_run):
 @pytest.fixture(scope="module")
 def test_records(caffe, trained_run):
     src = records.source(trained_run, "test", caffe.proto.caffe_pb2)
-    batch = next(records.batches(src, records.transform_of(src, trained_run), caffe.proto.caffe_pb2, 64,
+    batch = next(records.batches(src, caffe.proto.caffe_pb2, 64,
                                  (1, 28, 28)))
-    net = caffe.Net(str(trained_run / "deploy.prototxt"), str(demo_classifier.from_run(trained_run).weights),
+    net = caffe.Net(str(trained_run / "deploy.prototxt"), str(modelfiles.from_run(trained_run).weights),
                     caffe.TEST)
     probs = []
     for row in batch.blob:  # each image alone, as pycaffe answers a single request

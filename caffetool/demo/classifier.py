@@ -24,10 +24,11 @@ import cv2
 import numpy as np
 
 from caffetool.choices import choose
-from caffetool.demo import grids, preprocess
-from caffetool.demo.modelfiles import ModelFiles, from_run, input_shape, transform_of  # noqa: F401 - from_run for callers
+from caffetool.demo import grids
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
+from caffetool.inference import preprocess
+from caffetool.inference.modelfiles import ModelFiles, input_shape, transform_of
 from caffetool.nets import check, prototxt
 from caffetool.runs import labels as label_file
 from caffetool.runs.folder import RunFolder

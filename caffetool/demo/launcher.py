@@ -35,13 +35,14 @@ from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
 from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
+from caffetool.inference import modelfiles
 from caffetool.train.devices import CPU, PycaffeDevice
 
 CONFIG_VARIABLE = "CAFFETOOL_DEMO_CONFIG"
 KEEP_ALIVE_TIMEOUT = 5  # seconds a connection may wait for its first request, or its next one
 
 
-def serve(engine: EngineInfo, source: demo_classifier.ModelFiles | Path, backend: str, host: str, port: int,
+def serve(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str, host: str, port: int,
           max_body: int, workers: int = 1, device: PycaffeDevice = CPU, batching: Batching = Batching()) -> None:
     """Load and check the model (``source``: its files, or a model repository's folder), then serve it
     until Ctrl-C; the address is checked first."""
@@ -67,7 +68,7 @@ def serve(engine: EngineInfo, source: demo_classifier.ModelFiles | Path, backend
                 **uvicorn_options(host, port))
 
 
-def _models(engine: EngineInfo, source: demo_classifier.ModelFiles | Path, backend: str, device: PycaffeDevice,
+def _models(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str, device: PycaffeDevice,
             validate: bool = True) -> demo_classifier.Classifier | list[Model]:
     if isinstance(source, Path):
         return repository.load(engine, source, backend, device, validate)
@@ -137,7 +138,7 @@ def app_from_environment() -> Starlette:
     if os.getppid() != config["parent"]:
         os.kill(os.getpid(), signal.SIGTERM)
     f = config["files"]
-    source = Path(config["repository"]) if f is None else demo_classifier.ModelFiles(
+    source = Path(config["repository"]) if f is None else modelfiles.ModelFiles(
         **{k: (Path(v) if k in ("deploy", "weights", "labels", "mean", "run") and v else v) for k, v in f.items()})
     engine = locate(config["prefix"], probe=False)
     device = PycaffeDevice(config["gpu"], config["device"])

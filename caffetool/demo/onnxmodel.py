@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from caffetool.demo import preprocess
 from caffetool.demo.classifier import Classifier
-from caffetool.demo.modelfiles import ModelFiles
 from caffetool.errors import ExportError, NetError
+from caffetool.inference import preprocess
+from caffetool.inference.modelfiles import ModelFiles
 from caffetool.runs import labels as label_file
 
 

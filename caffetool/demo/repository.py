@@ -21,6 +21,7 @@ from caffetool.demo import classifier as demo_classifier
 from caffetool.demo.catalog import Model
 from caffetool.engine import EngineInfo
 from caffetool.errors import CaffetoolError, ConfigError
+from caffetool.inference import modelfiles
 from caffetool.runs.folder import NAMES, RunFolder
 from caffetool.train.devices import CPU, PycaffeDevice
 
@@ -77,7 +78,7 @@ def load(engine: EngineInfo, root: Path, backend: str = "caffe", device: Pycaffe
             if entry.kind == "onnx":
                 classifier = onnxmodel.load(entry.path / ONNX_MODEL, entry.name)
             else:
-                files = demo_classifier.from_run(entry.path)
+                files = modelfiles.from_run(entry.path)
                 classifier = demo_classifier.load(engine, files, backend, validate, device)
                 classifier.name = entry.name
         except CaffetoolError as e:

@@ -91,8 +91,8 @@ class RunView:
         except RunError:
             raise DamagedRun(f"the run's {NAMES['manifest']} cannot be read; `caffetool train.report "
                              f"{self.run_dir.name}` on the server says why") from None
-        out: dict[str, Any] = {key: manifest.get(key) for key in MANIFEST_KEYS}
-        dataset = manifest.get("dataset")
+        out: dict[str, Any] = {key: getattr(manifest, key) for key in MANIFEST_KEYS}
+        dataset = manifest.dataset
         out["dataset"] = dataset.get("name") if isinstance(dataset, dict) else dataset
         out["metrics"] = last_rows(_json(RunFolder(self.run_dir).metrics_json))
         out["plots"] = [{"name": name, "url": f"/run/{PLOTS}/{name}{self.query}"} for name in self.plots()]

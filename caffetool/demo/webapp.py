@@ -41,11 +41,11 @@ from starlette.routing import Route
 from caffetool.demo import examples, multipart, runpage, v2
 from caffetool.demo.batcher import Batching, ClientLeft, QueueFull, off_loop, unless_left
 from caffetool.demo.catalog import DEFAULT_VERSION, Catalog, Model, NoSuchModel, Served
-from caffetool.demo.metrics import Counting, Metrics
 from caffetool.demo.classifier import Classifier, NoVisualizations
-from caffetool.demo.preprocess import BadImage, NotAnImage
+from caffetool.demo.metrics import Counting, Metrics
 from caffetool.demo.runview import DamagedRun, NoRun, NoSuchImage, RunView
 from caffetool.errors import CaffetoolError, ConfigError, DataError, ImageError, NetError, RunError
+from caffetool.inference.preprocess import BadImage, NotAnImage
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 MAX_FILES = 32  # images one classify request may carry

@@ -24,8 +24,9 @@ from caffetool.choices import choose
 from caffetool.data import db
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import DataError, RunError
-from caffetool.evaluation import forward, metrics, records, writeup
-from caffetool.nets import state
+from caffetool.evaluation import forward, metrics, writeup
+from caffetool.inference import records
+from caffetool.nets import state, testnets
 from caffetool.runs import labels, snapshots
 from caffetool.runs.folder import RunFolder
 from caffetool.train import final_test
@@ -60,12 +61,11 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     src = records.source(run_dir, split, pb2)
     accuracy = accuracy_blobs(src.test_net.net) if src.test_net else {}
     net = forward.load(engine, RunFolder(run_dir).deploy, weights, backend, score=accuracy.get(1, (None,))[0], device=device)
-    transform = records.transform_of(src, run_dir)
     names = labels.read_if_there(RunFolder(run_dir).labels)
     total = db.count(src.path)
     size = batch_size or src.batch_size
     start = time.monotonic()
-    tally, keys = _forward_all(net, src, transform, pb2, size, total, names, top, progress, RunFolder(run_dir).deploy)
+    tally, keys = _forward_all(net, src, pb2, size, total, names, top, progress, RunFolder(run_dir).deploy)
     seconds = round(time.monotonic() - start, 3)
     results = tally.done()
     if not results.count:
@@ -79,7 +79,7 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
         results, names, weights=str(weights), split=split, source=str(src.path), backend=backend, device=device.label,
         batch_size=size, seconds=seconds, caffe_test=measured, at=dt.datetime.now().isoformat(timespec="seconds"))
     folder = RunFolder(run_dir).evaluations / folder_name(weights, split, backend)
-    mistakes = _mistakes(results, names, src, transform, pb2)
+    mistakes = _mistakes(results, names, src, pb2)
     rows = [["index", "key", "true", "predicted", "probability", f"top{results.k}"]]
     rows += [[i, keys[i], names[results.labels[i]], names[results.top[i, 0]], f"{results.prob[i, 0]:.6g}",
               ";".join(names[c] for c in results.top[i])] for i in range(results.count)]
@@ -89,7 +89,7 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     return Evaluation(folder, summary, results.confusion())
 
 
-def _forward_all(net: forward.DeployNet, src: records.Source, transform: records.Transform, pb2: ModuleType,
+def _forward_all(net: forward.DeployNet, src: records.Source, pb2: ModuleType,
                  size: int, total: int, names: list[str] | None, top: int, progress: bool,
                  deploy: Path) -> tuple[metrics.Tally, list[str]]:
     from tqdm import tqdm  # noqa: PLC0415 - only when drawing a bar
@@ -98,7 +98,7 @@ def _forward_all(net: forward.DeployNet, src: records.Source, transform: records
     keys: list[str] = []
     with tqdm(total=total, unit="img", desc=f"evaluate {src.split}", leave=False,
               disable=None if progress else True) as bar:
-        for batch in records.batches(src, transform, pb2, size, net.shape):
+        for batch in records.batches(src, pb2, size, net.shape):
             scores, probs = net(batch.blob)
             if tally is None:
                 forward.check_classifier(probs, len(names) if names is not None else None, deploy)
@@ -109,10 +109,9 @@ def _forward_all(net: forward.DeployNet, src: records.Source, transform: records
     return tally or metrics.Tally(len(names or []) or 1, 1), keys
 
 
-def _mistakes(results: metrics.Results, names: list[str], src: records.Source, transform: records.Transform,
-              pb2: ModuleType) -> list[tuple[np.ndarray, str]]:
+def _mistakes(results: metrics.Results, names: list[str], src: records.Source, pb2: ModuleType) -> list[tuple[np.ndarray, str]]:
     chosen = results.confident_mistakes(writeup.MISTAKES)
-    images = records.images_at(src, transform, pb2, chosen)
+    images = records.images_at(src, pb2, chosen)
     return [(images[i], f"{names[results.labels[i]]} /\n{names[results.predicted[i]]} {results.prob[i, 0]:.2f}")
             for i in chosen if i in images]
 
@@ -138,7 +137,7 @@ def measure(engine: EngineInfo, run_dir: Path, src: records.Source, weights: Pat
     for layer in net.layer:
         if layer.name == src.layer.name and layer.type == "Data":
             layer.data_param.batch_size = batch
-    t = final_test.TestNet(src.test_net.index, net, count // batch, src.test_net.source)
+    t = testnets.TestNet(src.test_net.index, net, count // batch, src.test_net.source)
     out: dict[str, Any] = {"iterations": count // batch, "batch_size": batch}
     try:
         done = final_test.caffe_test_net(engine, run_dir, t, weights.absolute(), gpu_flag or [], count // batch)

@@ -128,8 +128,8 @@ def _opencv(net: Any, deploy: Path, weights: Path, score: str,
 def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,
                  output: str) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """The run's export (made and verified now if missing or stale), its blobs named as Caffe's."""
-    from caffetool.demo.modelfiles import ModelFiles  # noqa: PLC0415
     from caffetool.export import exporter, runtime  # noqa: PLC0415 - onnx only for this backend
+    from caffetool.inference.modelfiles import ModelFiles  # noqa: PLC0415
 
     files = ModelFiles(deploy, weights, RunFolder(deploy.parent).labels, run=deploy.parent)
     session = runtime.session_of(exporter.run_export(engine, files), outputs=[score, output])

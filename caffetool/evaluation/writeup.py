@@ -70,13 +70,13 @@ def csv_text(rows: Sequence[Sequence[Any]]) -> str:
     return out.getvalue()
 
 
-def record(run_dir: Path, summary: dict[str, Any], folder: Path) -> dict:
+def record(run_dir: Path, summary: dict[str, Any], folder: Path) -> runrecord.Manifest:
     """Put the evaluation (its summary less the per-class table) in the run's manifest's ``evaluations``,
     in place of an earlier one of the same folder."""
     entry = {k: v for k, v in summary.items() if k != "per_class"} | {"dir": str(folder)}
 
-    def add(manifest: dict) -> None:
-        manifest["evaluations"] = [e for e in manifest.get("evaluations", [])
+    def add(manifest: runrecord.Manifest) -> None:
+        manifest.evaluations = [e for e in manifest.evaluations
                                    if isinstance(e, dict) and e.get("dir") != str(folder)] + [entry]
 
     return runrecord.update(run_dir, add)

@@ -25,10 +25,10 @@ import onnx
 
 from caffetool import __version__, fsio
 from caffetool.checksum import sha256_file
-from caffetool.demo import modelfiles
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, DataError, ExportError, RunError
 from caffetool.export import convert, inputs, preprocessing, runtime, verify
+from caffetool.inference import modelfiles
 from caffetool.nets import check as net_check
 from caffetool.nets import prototxt
 from caffetool.runs import labels as label_file

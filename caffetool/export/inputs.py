@@ -1,7 +1,7 @@
 """The inputs an export is verified on: a run's own test images, else images drawn at random.
 
 Each batch is a pair of feeds, one for pycaffe and one for onnxruntime. From a run's test database
-Caffe gets what its TEST-phase ``DataTransformer`` makes of each record (:mod:`caffetool.evaluation.records`,
+Caffe gets what its TEST-phase ``DataTransformer`` makes of each record (:mod:`caffetool.inference.records`,
 bit for bit); drawn images (uniform in [0, 1], H x W x C, seeded) reach Caffe through pycaffe's own
 ``caffe.io.Transformer``. The model gets the same blob, or, when its graph holds the preprocessing,
 the image itself (a record's pixels / 255, in ``load_image``'s channel order).
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from caffetool.data import db
-from caffetool.evaluation import records
 from caffetool.errors import DataError
 from caffetool.export.preprocessing import IMAGE_INPUT, Preprocessing
+from caffetool.inference import records
 
 Feeds = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]  # (pycaffe's, onnxruntime's)
 SEED = 0
@@ -29,17 +29,16 @@ def run_images(run_dir: Path, caffe_pb2: Any, shape: tuple[int, ...], count: int
     """(pixels C x H x W uint8 after the centre crop, Caffe's transformed input) of the run's first
     ``count`` test records."""
     src = records.source(run_dir, "test", caffe_pb2)
-    t = records.transform_of(src, run_dir)
-    transformer = records.Transformer(t, caffe_pb2)
+    transformer = records.Transformer(src, caffe_pb2)
     for k, (_, value) in enumerate(db.read(src.path)):
         if k == count:
             return
-        image, _ = records.planes(value, caffe_pb2, t)
+        image, _ = records.planes(value, caffe_pb2, src.transform)
         blob = transformer(image)
         if blob.shape != tuple(shape):
             raise DataError(f"{src.path}: a record is {'x'.join(map(str, blob.shape))} after the "
                                     f"transform; the deploy net takes {'x'.join(map(str, shape))}")
-        yield records.crop(image, t.crop), blob
+        yield records.crop(image, src.transform.crop_size), blob
 
 
 def drawn_images(p: Preprocessing, count: int, seed: int = SEED) -> Iterator[np.ndarray]:

@@ -46,7 +46,7 @@ class Preprocessing:
 
     @classmethod
     def of(cls, transform: Any) -> Preprocessing:
-        """From the demo's transform (:class:`caffetool.demo.preprocess.Transform`) of a model."""
+        """From the demo's transform (:class:`caffetool.inference.preprocess.Transform`) of a model."""
         colour = transform.colour
         return cls(transform.channels, transform.height, transform.width, float(transform.scale),
                    transform.mean, float(colour.raw_scale) if colour and colour.raw_scale else 255.0,

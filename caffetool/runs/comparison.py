@@ -17,6 +17,7 @@ from caffetool.errors import RunError
 from caffetool.figures import plt, save_figure
 from caffetool.fsio import write_atomic
 from caffetool.runs.logparse import ROW_KEYS
+from caffetool.runs.runrecord import Manifest
 
 FIRST = ("run", "device(s)", "iterations", "wall time", "iter/s")
 LAST = ("tested at", "speed-up")
@@ -29,15 +30,15 @@ class Table:
     cells: list[list[str]]
 
 
-def row(manifest: dict) -> dict:
-    t = manifest.get("timings_s", {})
+def row(manifest: Manifest) -> dict:
+    t = manifest.timings_s
     wall = t.get("solving") or t.get("total") or 0.0
-    iters = manifest.get("iterations") or 0
-    final = manifest.get("final", {})
+    iters = manifest.iterations or 0
+    final = manifest.final
     tests = {int(m.group(1)): r for key, r in final.items() if (m := TEST_KEY.fullmatch(key))}
-    return {"run": manifest["name"], "device(s)": manifest.get("device", {}).get("label", "?"),
+    return {"run": manifest.name, "device(s)": manifest.device.get("label", "?"),
             "iterations": iters, "wall_s": wall, "iter_per_s": iters / wall if wall else 0.0,
-            "tests": tests, "status": manifest.get("status")}
+            "tests": tests, "status": manifest.status}
 
 
 def _test_columns(rows: list[dict]) -> list[tuple[int, str]]:
@@ -46,7 +47,7 @@ def _test_columns(rows: list[dict]) -> list[tuple[int, str]]:
                               for k in test if k not in ROW_KEYS))
 
 
-def table(manifests: list[dict]) -> Table:
+def table(manifests: list[Manifest]) -> Table:
     rows = [row(m) for m in manifests]
     tested = _test_columns(rows)
     several = len({net for net, _ in tested}) > 1

@@ -59,7 +59,7 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def settle(run_dir: Path) -> dict:
+def settle(run_dir: Path) -> runrecord.Manifest:
     """The run's manifest, first marked ``interrupted`` if it says it is active but its owner is gone.
 
     The correction is written back (under the run's lock, to the manifest as it is then) when the
@@ -76,11 +76,11 @@ def settle(run_dir: Path) -> dict:
         return manifest
 
 
-def claim(run_dir: Path) -> dict:
+def claim(run_dir: Path) -> runrecord.Manifest:
     """The run's manifest with this process recorded as its owner, settled, checked and written in
     one step under the run's lock, so two commands never both take a run; refused while another
     live process trains it."""
-    def own(manifest: dict) -> None:
+    def own(manifest: runrecord.Manifest) -> None:
         if _orphaned(manifest):
             give_back_room(run_dir)
             _mark_interrupted(run_dir, manifest)
@@ -89,25 +89,25 @@ def claim(run_dir: Path) -> dict:
     return runrecord.update(run_dir, own)
 
 
-def take(run_dir: Path, manifest: dict) -> None:
+def take(run_dir: Path, manifest: runrecord.Manifest) -> None:
     """Make this process the owner in ``manifest``; refused while another live process trains it."""
-    current = manifest.get("owner")
-    if manifest.get("status") in ACTIVE and current and current.get("pid") != os.getpid() and alive(current):
+    current = manifest.owner
+    if manifest.status in ACTIVE and current and current.get("pid") != os.getpid() and alive(current):
         raise RunError(f"run {run_dir.name} is being trained by process {current.get('pid')} on "
                        f"{current.get('host')}; wait for it to end or stop it first")
-    manifest["owner"] = me()
+    manifest.owner = me()
 
 
-def _orphaned(manifest: dict) -> bool:
-    return manifest.get("status") in ACTIVE and not alive(manifest.get("owner"))
+def _orphaned(manifest: runrecord.Manifest) -> bool:
+    return manifest.status in ACTIVE and not alive(manifest.owner or None)
 
 
-def _mark_interrupted(run_dir: Path, manifest: dict) -> None:
+def _mark_interrupted(run_dir: Path, manifest: runrecord.Manifest) -> None:
     """Record in ``manifest`` that its run's owner ended without an outcome, if it still says so."""
     if not _orphaned(manifest):
         return
-    pid = manifest["owner"].get("pid")
-    manifest.update(status="interrupted", exit_code=None, message=(
+    pid = manifest.owner.get("pid")
+    manifest.set(status="interrupted", exit_code=None, message=(
         f"the process that was training it (pid {pid}) ended without recording an outcome; "
         f"continue from its newest complete snapshot with `caffetool train.resume {run_dir.name}`"))
 

@@ -1,5 +1,6 @@
 """A run's manifest (``manifest.json``): made in one place, and read and written through one door.
 
+:class:`Manifest` is the record itself, typed: every command reads a run's entries as its fields.
 :func:`new` makes a run's first manifest: what trains it (command, model, data set, devices, the
 engine's own manifest), where (host, threads) and with which caffetool. :class:`Record` keeps it
 in memory while a command works on the run; :func:`update` serves the commands that add to a run's
@@ -21,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +34,82 @@ from caffetool.runs import rundir
 from caffetool.runs.folder import RunFolder
 
 
-def read(run_dir: Path) -> dict:
+@dataclass
+class Manifest:
+    """A run's record, as ``manifest.json`` holds it: one field per entry, in the order the file
+    lists them. Entries this version does not know (a newer caffetool's, a user's own) are kept in
+    ``extra`` and written back as they were; an empty entry is left out of the file."""
+
+    name: str | None = None
+    status: str | None = None  # setting-up, running, finished, failed, stopped, interrupted
+    command: str | None = None
+    model: str | None = None
+    dataset: dict[str, Any] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)  # gpu, label, flag, cudnn
+    engine: dict[str, Any] = field(default_factory=dict)  # prefix, the engine's own manifest
+    host: dict[str, Any] = field(default_factory=dict)
+    threads: dict[str, Any] = field(default_factory=dict)
+    caffetool: dict[str, Any] = field(default_factory=dict)
+    started_at: str | None = None
+    project: dict[str, Any] = field(default_factory=dict)  # a --solver run: where its files came from
+    sweep: dict[str, Any] = field(default_factory=dict)  # a sweep's trial: its sweep, trial and host
+    caffe_command: list[str] = field(default_factory=list)
+    solver: dict[str, Any] = field(default_factory=dict)
+    owner: dict[str, Any] = field(default_factory=dict)  # the process training it (caffetool.runs.ownership)
+    tracking: dict[str, Any] = field(default_factory=dict)  # where MLflow has it (caffetool.track)
+    resumes: list[dict[str, Any]] = field(default_factory=list)
+    ended_at: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    iterations: int | None = None
+    samples: Any = None  # the process's CPU and memory samples (caffetool.train.sampler)
+    final: dict[str, Any] = field(default_factory=dict)  # the last figures (caffetool.train.final_test)
+    timings_s: dict[str, Any] = field(default_factory=dict)
+    tests: list[dict[str, Any]] = field(default_factory=list)  # train.test's measurements
+    evaluations: list[dict[str, Any]] = field(default_factory=list)  # evaluate's summaries
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in data.items() if k in known},
+                   extra={k: v for k, v in data.items() if k not in known})
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {k: v for k, v in out.items() if v is not None and v != {} and v != []} | self.extra
+
+    def caffe_flag(self, flag: str) -> str | None:
+        """A flag's value in the Caffe command the run trains with (``weights``, ``gpu`` ...)."""
+        return flag_value(self.caffe_command, flag)
+
+    def set(self, **entries: Any) -> None:
+        """Set entries by name; one this version does not know goes to ``extra``."""
+        known = {f.name for f in fields(self)} - {"extra"}
+        for key, value in entries.items():
+            if key in known:
+                setattr(self, key, value)
+            else:
+                self.extra[key] = value
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of ``-flag=VALUE`` in a Caffe command line (as ``caffe_command`` records one), if it has one."""
+    return next((arg.split("=", 1)[1] for arg in argv if arg.startswith(f"-{flag}=")), None)
+
+
+def read(run_dir: Path) -> Manifest:
+    path = RunFolder(run_dir).manifest
     try:
-        manifest = json.loads(RunFolder(run_dir).manifest.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise RunError(f"{RunFolder(run_dir).manifest} is unreadable ({e})") from e
-    if not isinstance(manifest, dict):
-        raise RunError(f"{RunFolder(run_dir).manifest} is not a run manifest (a JSON object)")
-    return manifest
+        raise RunError(f"{path} is unreadable ({e})") from e
+    if not isinstance(data, dict):
+        raise RunError(f"{path} is not a run manifest (a JSON object)")
+    try:
+        return Manifest.from_dict(data)
+    except TypeError as e:
+        raise RunError(f"{path} is not a run manifest ({e})") from e
 
 
 def find(runs_dir: Path, run: str) -> Path:
@@ -50,8 +120,8 @@ def find(runs_dir: Path, run: str) -> Path:
     return run_dir
 
 
-def write(run_dir: Path, manifest: dict) -> None:
-    write_atomic(RunFolder(run_dir).manifest, json.dumps(manifest, indent=2, default=str) + "\n", RunError)
+def write(run_dir: Path, manifest: Manifest) -> None:
+    write_atomic(RunFolder(run_dir).manifest, json.dumps(manifest.as_dict(), indent=2, default=str) + "\n", RunError)
 
 
 @contextmanager
@@ -69,14 +139,14 @@ def locked(run_dir: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def update(run_dir: Path, change: Callable[[dict], None] | None = None, **fields: Any) -> dict:
-    """The manifest as it is on disk now, changed by ``change`` and then ``fields``, written back, all
-    under the run's lock; the manifest written."""
+def update(run_dir: Path, change: Callable[[Manifest], None] | None = None, **entries: Any) -> Manifest:
+    """The manifest as it is on disk now, changed by ``change`` and then ``entries``, written back,
+    all under the run's lock; the manifest written."""
     with locked(run_dir):
         manifest = read(run_dir)
         if change is not None:
             change(manifest)
-        manifest.update(fields)
+        manifest.set(**entries)
         write(run_dir, manifest)
     return manifest
 
@@ -84,36 +154,25 @@ def update(run_dir: Path, change: Callable[[dict], None] | None = None, **fields
 class Record:
     """A run's manifest in memory, kept equal to what :meth:`update` last wrote."""
 
-    def __init__(self, run_dir: Path, data: dict) -> None:
+    def __init__(self, run_dir: Path, data: Manifest) -> None:
         self.run_dir, self.data = run_dir, data
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.data.get(key, default)
-
-    def update(self, **fields: Any) -> None:
-        """Set ``fields`` in the manifest on disk (what other commands added to it stays)."""
-        written = update(self.run_dir, **fields)
-        self.data.clear()
-        self.data.update(written)
+    def update(self, **entries: Any) -> None:
+        """Set ``entries`` in the manifest on disk (what other commands added to it stays); ``data``
+        stays the same object, now equal to what was written."""
+        written = update(self.run_dir, **entries)
+        self.data.__dict__.update(written.__dict__)
 
 
 def new(engine: EngineInfo, run_dir: Path, model: str, dataset: dict[str, Any], device: dict[str, Any],
-        threads: dict[str, str | None], started: str) -> dict[str, Any]:
+        threads: dict[str, str | None], started: str) -> Manifest:
     """A run's first manifest, ``setting-up``: ``dataset`` and ``device`` as the caller describes
     them, ``threads`` the thread variables Caffe runs with."""
-    return {
-        "name": run_dir.name,
-        "status": "setting-up",
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "model": model,
-        "dataset": dataset,
-        "device": device,
-        "engine": {"prefix": str(engine.prefix), "manifest": engine.manifest},
-        "host": _host(engine),
-        "threads": threads,
-        "caffetool": {"version": caffetool.__version__, "git_commit": _git_commit()},
-        "started_at": started,
-    }
+    return Manifest(name=run_dir.name, status="setting-up", command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                    model=model, dataset=dataset, device=device,
+                    engine={"prefix": str(engine.prefix), "manifest": engine.manifest}, host=_host(engine),
+                    threads=threads, caffetool={"version": caffetool.__version__, "git_commit": _git_commit()},
+                    started_at=started)
 
 
 def now() -> str:

@@ -59,13 +59,13 @@ def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.
     if run_dir is None:
         return row
     manifest = ownership.settle(run_dir)
-    sweep = manifest.get("sweep", {})
+    sweep = manifest.sweep
     row["params"] = dict(sweep.get("params") or row["params"])
-    row.update(iterations=manifest.get("iterations"), wall_s=manifest.get("timings_s", {}).get("total"),
-               status=manifest.get("status"), host=sweep.get("host") or manifest.get("host", {}).get("hostname"),
+    row.update(iterations=manifest.iterations, wall_s=manifest.timings_s.get("total"),
+               status=manifest.status, host=sweep.get("host") or manifest.host.get("hostname"),
                node=(sweep.get("node_id") or "")[:12] or None, run_dir=str(run_dir))
-    if manifest.get("status") not in ("finished",):
-        row["message"] = manifest.get("message") or row["message"]
+    if manifest.status not in ("finished",):
+        row["message"] = manifest.message or row["message"]
     if tuned.get("error"):  # the run may say "stopped early": Tune's error says why
         row["status"], row["message"] = "failed", tuned["error"]
     curve = [(int(r["NumIters"]), float(r[metric.output])) for r in _rows(run_dir, metric)

@@ -17,7 +17,6 @@ is named once and the sweep goes on untracked, as a training does.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -25,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from caffetool import track
-from caffetool.errors import TrackingError
+from caffetool.errors import RunError, TrackingError
+from caffetool.runs import runrecord
 from caffetool.runs.folder import RunFolder
 from caffetool.sweep import sweeprecord
 from caffetool.track.store import Store
@@ -83,7 +83,7 @@ class SweepRun:
         try:
             self._begin(recorded)
             while not self.over.wait(NEST_EVERY):
-                self._nest_all(RunFolder(p).manifest for p in self.sweep_dir.iterdir())
+                self._nest_all(p for p in self.sweep_dir.iterdir() if RunFolder(p).manifest.is_file())
             if self.outcome is not None:
                 self._finish(*self.outcome)
         except Exception as e:  # noqa: BLE001 - tracking never fails a sweep: named once, then off
@@ -116,17 +116,17 @@ class SweepRun:
                 "solver": plan.solver, "max_iter": plan.max_iter, "cpus_per_trial": plan.cpus_per_trial,
                 "gpus_per_trial": plan.gpus_per_trial, **{f"fixed.{k}": v for k, v in plan.fixed.items()}}
 
-    def _nest_all(self, manifests: Any) -> None:
+    def _nest_all(self, run_dirs: Any) -> None:
         assert self.store is not None and self.run_id is not None
-        for manifest in manifests:
-            child = _tracked_run(manifest)
+        for run_dir in run_dirs:
+            child = _tracked_run(run_dir)
             if child is not None and child not in self.nested:
                 self.store.log(child, tags={"mlflow.parentRunId": self.run_id})
                 self.nested.add(child)
 
     def _finish(self, status: str, rows: list[dict[str, Any]], metric_tag: str) -> None:
         assert self.target is not None and self.store is not None and self.run_id is not None
-        self._nest_all(RunFolder(Path(r["run_dir"])).manifest for r in rows if r.get("run_dir"))
+        self._nest_all(Path(r["run_dir"]) for r in rows if r.get("run_dir"))
         best = next((r for r in rows if r["metric"] is not None), None)
         if best is not None:
             self.store.log(self.run_id, tags={"best_trial": best["trial"]})
@@ -134,10 +134,9 @@ class SweepRun:
                          step=int(best["metric_iteration"] or 0) if best else 0)
 
 
-def _tracked_run(manifest: Path) -> str | None:
+def _tracked_run(run_dir: Path) -> str | None:
     """The MLflow run a trial's manifest says it is tracked in (None until its tracker opened it)."""
     try:
-        data = json.loads(manifest.read_text())
-    except (OSError, ValueError):
+        return runrecord.read(run_dir).tracking.get("run_id")
+    except RunError:
         return None
-    return (data.get("tracking") or {}).get("run_id") if isinstance(data, dict) else None

@@ -300,8 +300,8 @@ class CaffeTrial(tune.Trainable):
             raise RunError(f"{result.run_dir.name} failed: {result.outcome.message}")
         if status == "interrupted":
             return {}  # not done: Tune keeps the trial unfinished, and `sweep.resume` continues it
-        final = dict(self.last) or {ITERATIONS: int(m.get("iterations") or 0), self.metric.name: math.nan}
-        return {**final, "status": status, "run_dir": str(result.run_dir), "run_iterations": m.get("iterations"),
+        final = dict(self.last) or {ITERATIONS: int(m.iterations or 0), self.metric.name: math.nan}
+        return {**final, "status": status, "run_dir": str(result.run_dir), "run_iterations": m.iterations,
                 "done": True}
 
 

@@ -12,6 +12,7 @@ from caffetool.demo import classifier as demo_classifier
 from caffetool.demo.batcher import Batching
 from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
+from caffetool.inference import modelfiles
 from caffetool.runs import labels as label_file
 from caffetool.runs import runrecord, snapshots
 from caffetool.tasks._common import pick, task
@@ -54,7 +55,7 @@ class ColourFlags:
 
 def model_files(c: Context, run: str | None, deploy: str | None, weights: str | None, labels: str | None,
                 mean: str | None, scale: str | None, runs_dir: str | None,
-                colour: ColourFlags = ColourFlags(), need_labels: bool = True) -> demo_classifier.ModelFiles:
+                colour: ColourFlags = ColourFlags(), need_labels: bool = True) -> modelfiles.ModelFiles:
     """The model's files from the flags: given one by one with --deploy, else those of a run
     (``need_labels`` False: a --deploy model's classes may go unnamed, as in an export)."""
     dims = numbers(colour.image_dims, "--image-dims", SIDE, 2)
@@ -64,7 +65,7 @@ def model_files(c: Context, run: str | None, deploy: str | None, weights: str | 
                               else "--deploy needs --weights too")
         if mean and colour.mean_values:
             raise ConfigError("give --mean FILE or --mean-values, not both")
-        return demo_classifier.ModelFiles(input_file(deploy, "--deploy"), input_file(weights, "--weights"),
+        return modelfiles.ModelFiles(input_file(deploy, "--deploy"), input_file(weights, "--weights"),
                                           input_file(labels, "--labels") if labels else None,
                                           input_file(mean, "--mean") if mean else None,
                                           bounded(scale, "--scale", SCALE),
@@ -80,7 +81,7 @@ def model_files(c: Context, run: str | None, deploy: str | None, weights: str | 
                           "transform")
     runs_root = Path(pick(runs_dir, c.runs.dir))
     run_dir = runrecord.find(runs_root, run) if run else newest_run(runs_root)
-    files = demo_classifier.from_run(run_dir)
+    files = modelfiles.from_run(run_dir)
     if weights:
         files.weights = input_file(weights, "--weights")
     files.image_dims, files.oversample = dims, colour.oversample

@@ -9,7 +9,8 @@ from invoke import Collection
 
 from caffetool.choices import choose, count, input_file
 from caffetool.engine import locate
-from caffetool.evaluation import forward, records
+from caffetool.evaluation import forward
+from caffetool.inference import records
 from caffetool.runs import runrecord
 from caffetool.tasks._common import pick, task
 from caffetool.train import devices

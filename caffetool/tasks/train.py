@@ -14,13 +14,13 @@ from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.nets import builders, declaration, prototxt
 from caffetool.nets.solver import SolverOptions
-from caffetool.runs import metrics_io, ownership, runrecord
+from caffetool.runs import final_figures, metrics_io, ownership, runrecord
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import parse_file
 from caffetool.tasks import settings
 from caffetool.tasks._common import chosen_folder, pick, task
 from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
-from caffetool.train import caffe_commands, devices, final_test, session
+from caffetool.train import caffe_commands, devices, session
 
 THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_THREADS if set, else every core "
                 "this process may use)")
@@ -77,12 +77,12 @@ def _check_solver_flags(solver: str | None, generated: dict[str, Any], own: dict
 def finish(result: session.TrainResult) -> None:
     """Print the run's one-screen summary; a run that did not finish exits non-zero."""
     m, out = result.manifest, result.outcome
-    t = m["timings_s"]
+    t = m.timings_s
     print(f"run:        {result.run_dir}")
     print(f"status:     {out.status} — {out.message}" if out.status != "finished" else "status:     finished")
-    print(f"iterations: {m.get('iterations')}  wall {t.get('total', 0):.1f} s "
+    print(f"iterations: {m.iterations}  wall {t.get('total', 0):.1f} s "
           f"(setup {t.get('setup', 0):.1f}, training {t.get('training', 0):.1f}, testing {t.get('testing', 0):.1f})")
-    for line in final_test.summary(m.get("final", {}), finished=out.status == "finished"):
+    for line in final_figures.summary(m.final, finished=out.status == "finished"):
         print(line)
     if result.weights:
         beside = [f"{what}: {path}" for what, path in (("deploy", RunFolder(result.run_dir).deploy),
@@ -178,7 +178,7 @@ def report_(c: Any, runs: str, out: str | None = None, runs_dir: str | None = No
         raise ConfigError("name at least one run: invoke train.report RUN[,RUN...]")
     cells = comparison.table(manifests)
     print(comparison.text(cells))
-    stem = "report-" + "-vs-".join(m["name"] for m in manifests)[:120]
+    stem = "report-" + "-vs-".join(m.name for m in manifests)[:120]
     md, png = comparison.write(cells, Path(out) if out else runs_root / "reports", stem)
     print(f"written: {md}, {png}")
 

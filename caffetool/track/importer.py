@@ -24,15 +24,14 @@ from pathlib import Path
 from types import ModuleType
 
 from caffetool.errors import CaffetoolError, RunError, TrackingError
-from caffetool.runs import metrics_io, ownership, runrecord, snapshots
-from caffetool.runs.logparse import Metrics, parse_file
+from caffetool.runs import final_figures, metrics_io, ownership, runrecord, snapshots
 from caffetool.runs.folder import RunFolder
+from caffetool.runs.logparse import Metrics, parse_file
 from caffetool.runs.scalars import all_of
 from caffetool.track import mapping
 from caffetool.track.live import epoch_ms, record_of
 from caffetool.track.store import Store, opened
 from caffetool.track.target import TrackingTarget
-from caffetool.train import final_test
 
 
 @dataclass
@@ -65,20 +64,20 @@ def import_run(store: Store, target: TrackingTarget, run_dir: Path, caffe_pb2: M
                force: bool = False) -> Imported:
     """``run_dir`` logged to ``store`` (opened for ``target``), or skipped (see the module's description)."""
     manifest = ownership.settle(run_dir)
-    if manifest.get("status") in ownership.ACTIVE:
-        owner = manifest.get("owner") or {}
+    if manifest.status in ownership.ACTIVE:
+        owner = manifest.owner
         return Imported(run_dir, skipped=f"it is training now (process {owner.get('pid')} on {owner.get('host')}); "
                                          "import it when it ends")
-    earlier = store.tracked(run_dir, (manifest.get("tracking") or {}).get("run_id"))
+    earlier = store.tracked(run_dir, manifest.tracking.get("run_id"))
     if earlier and not force:
         return Imported(run_dir, skipped=f"already tracked in {store.uri} as MLflow run {', '.join(earlier)} "
                                          "(--force imports it again)")
     metrics = read_metrics(run_dir, manifest)
-    recorded = manifest.get("tracking") or {}
+    recorded = manifest.tracking
     parent_id = target.parent_run_id or (recorded.get("parent_run_id") if recorded.get("uri") == target.uri else None)
     parent = {"mlflow.parentRunId": parent_id} if parent_id else {}
     run_id = store.create_run(run_dir.name, {**target.tags, **mapping.tags(manifest, run_dir), **parent},
-                              epoch_ms(manifest.get("started_at")))
+                              epoch_ms(manifest.started_at))
     note = None
     try:
         runrecord.update(run_dir, tracking=record_of(replace(target, parent_run_id=parent_id), run_id,
@@ -90,7 +89,7 @@ def import_run(store: Store, target: TrackingTarget, run_dir: Path, caffe_pb2: M
     except TrackingError:
         with contextlib.suppress(CaffetoolError):  # half a run is no run: the store and the manifest as they were
             store.delete(run_id)
-            runrecord.update(run_dir, lambda m: m.update(tracking=recorded) if recorded else m.pop("tracking", None))
+            runrecord.update(run_dir, tracking=recorded)
         raise
     for old in earlier:
         store.delete(old)
@@ -102,16 +101,16 @@ def import_run(store: Store, target: TrackingTarget, run_dir: Path, caffe_pb2: M
 def _log(store: Store, run_id: str, run_dir: Path, metrics: Metrics, caffe_pb2: ModuleType) -> None:
     """The run's params, metrics, final figures, status and artifacts, from its manifest as it is now."""
     manifest = runrecord.read(run_dir)
-    end = epoch_ms(manifest.get("ended_at"))
-    at = end or epoch_ms(manifest.get("started_at")) or int(time.time() * 1000)
+    end = epoch_ms(manifest.ended_at)
+    at = end or epoch_ms(manifest.started_at) or int(time.time() * 1000)
     points = [(step, tag, value, at) for step, tag, value in all_of(metrics)
-              + mapping.final_scalars(manifest.get("final") or {})]
+              + mapping.final_scalars(manifest.final)]
     store.log(run_id, points, params=mapping.params(manifest, run_dir, caffe_pb2))
     store.upload(run_id, mapping.artifacts(run_dir, snapshots.newest_weights(run_dir, caffe_pb2)))
-    store.end(run_id, mapping.mlflow_status(manifest.get("status")), end)
+    store.end(run_id, mapping.mlflow_status(manifest.status), end)
 
 
-def read_metrics(run_dir: Path, manifest: dict) -> Metrics:
+def read_metrics(run_dir: Path, manifest: runrecord.Manifest) -> Metrics:
     """The rows the run recorded: ``metrics.json``, else ``metrics.csv``, else its ``caffe.log``."""
     folder = RunFolder(run_dir)
     for path, read in ((folder.metrics_json, metrics_io.read_json), (folder.metrics_csv, metrics_io.read_csv)):
@@ -124,5 +123,5 @@ def read_metrics(run_dir: Path, manifest: dict) -> Metrics:
         raise RunError(f"{run_dir} has no {folder.metrics_json.name}, {folder.metrics_csv.name} or {folder.log.name}: it "
                        "holds no metrics to import")
     metrics = parse_file(folder.log)
-    final_test.restore(metrics, manifest.get("final") or {})
+    final_figures.restore(metrics, manifest.final)
     return metrics

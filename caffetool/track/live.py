@@ -155,7 +155,7 @@ class LiveRun:
         else:
             parent = {"mlflow.parentRunId": self.target.parent_run_id} if self.target.parent_run_id else {}
             run_id = store.create_run(self.run_dir.name, {**self.target.tags, **tags, **parent},
-                                      epoch_ms(manifest.get("started_at")) or now)
+                                      epoch_ms(manifest.started_at) or now)
             tags = {}
         store.log(run_id, params=params, tags=tags)
         self.tracking = record_of(self.target, run_id, store.experiment_id)
@@ -185,7 +185,7 @@ class LiveRun:
                 last = time.monotonic()
         manifest = runrecord.read(self.run_dir)
         now = int(time.time() * 1000)
-        pending += [(step, tag, value, now) for step, tag, value in mapping.final_scalars(manifest.get("final") or {})]
-        store.log(run_id, pending, tags={"status": manifest.get("status")})
+        pending += [(step, tag, value, now) for step, tag, value in mapping.final_scalars(manifest.final)]
+        store.log(run_id, pending, tags={"status": manifest.status})
         store.upload(run_id, mapping.artifacts(self.run_dir, self.weights))
-        store.end(run_id, mapping.mlflow_status(manifest.get("status")), now)
+        store.end(run_id, mapping.mlflow_status(manifest.status), now)

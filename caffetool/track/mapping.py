@@ -36,11 +36,11 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from caffetool.errors import CaffetoolError
-from caffetool.nets import prototxt
+from caffetool.nets import prototxt, testnets
+from caffetool.runs import runrecord
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import ROW_KEYS
 from caffetool.runs.scalars import Scalar
-from caffetool.train import final_test, runner
 
 # caffetool's statuses as MLflow's (RunStatus); the rest (setting-up, running) are not an end.
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "diverged": "FAILED", "interrupted": "KILLED",
@@ -50,7 +50,7 @@ ENGINE_OPTIONS = {"blas": "engine.blas", "cpu_only": "engine.cpu_only", "use_cud
                   "cuda_arch": "engine.cuda_arch"}
 
 
-def params(manifest: dict, run_dir: Path, caffe_pb2: ModuleType) -> dict[str, str]:
+def params(manifest: runrecord.Manifest, run_dir: Path, caffe_pb2: ModuleType) -> dict[str, str]:
     """The run's params (see the module's description); a solver that cannot be read gives none of its own."""
     out: dict[str, str] = {}
     try:
@@ -61,17 +61,17 @@ def params(manifest: dict, run_dir: Path, caffe_pb2: ModuleType) -> dict[str, st
         out.update(solver_fields(solver))
         out.setdefault("type", solver.type or "SGD")
         out.update(batch_sizes(solver, run_dir, caffe_pb2))
-    out["model"] = manifest.get("model")
-    dataset = manifest.get("dataset") or {}
+    out["model"] = manifest.model
+    dataset = manifest.dataset
     if dataset.get("files"):
         out.update({"dataset": dataset.get("name"), "dataset.sha256": digest(dataset["files"]),
                     "dataset.backend": dataset.get("backend")})
-    if project := manifest.get("project"):
+    if project := manifest.project:
         out.update({"solver_file": project.get("solver"), "project.sha256": digest(project.get("files_sha256") or {})})
-    out["weights"] = runner.flag_value(manifest.get("caffe_command") or [], "weights")
-    out["device"] = (manifest.get("device") or {}).get("label")
-    out.update(engine(((manifest.get("engine") or {}).get("manifest")) or {}))
-    out.update({f"threads.{k}": v for k, v in (manifest.get("threads") or {}).items() if v})
+    out["weights"] = manifest.caffe_flag("weights")
+    out["device"] = manifest.device.get("label")
+    out.update(engine(manifest.engine.get("manifest") or {}))
+    out.update({f"threads.{k}": v for k, v in manifest.threads.items() if v})
     return {k: str(v) for k, v in out.items() if v not in (None, "")}
 
 
@@ -113,7 +113,7 @@ def batch_sizes(solver: Message, run_dir: Path, caffe_pb2: ModuleType) -> dict[s
             train = prototxt.read(run_dir / (solver.train_net or solver.net), caffe_pb2.NetParameter())
         if (size := _batch(train, caffe_pb2.TRAIN)) is not None:
             out["batch_size"] = str(size)
-        tests = final_test.test_nets(RunFolder(run_dir).solver, run_dir, caffe_pb2)
+        tests = testnets.test_nets(RunFolder(run_dir).solver, run_dir, caffe_pb2)
         if tests and (size := _batch(tests[0].net, caffe_pb2.TEST)) is not None:
             out["test_batch_size"] = str(size)
     except (CaffetoolError, OSError):
@@ -154,14 +154,14 @@ def engine(built: dict) -> dict[str, Any]:
     return out
 
 
-def tags(manifest: dict, run_dir: Path) -> dict[str, str]:
+def tags(manifest: runrecord.Manifest, run_dir: Path) -> dict[str, str]:
     """The run's tags (see the module's description)."""
-    device = manifest.get("device") or {}
-    caffetool = manifest.get("caffetool") or {}
-    out = {"status": manifest.get("status"), "host": (manifest.get("host") or {}).get("hostname"),
+    device = manifest.device
+    caffetool = manifest.caffetool
+    out = {"status": manifest.status, "host": manifest.host.get("hostname"),
            "gpu": device.get("label") if device.get("gpu") else "cpu", "caffetool.version": caffetool.get("version"),
            "caffetool.git_commit": caffetool.get("git_commit"), "caffetool.run_dir": str(run_dir.absolute()),
-           "caffetool.command": manifest.get("command")}
+           "caffetool.command": manifest.command}
     return {k: str(v) for k, v in out.items() if v is not None}
 
 

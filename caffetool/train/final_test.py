@@ -19,7 +19,6 @@ output is kept in ``caffe_test.log`` beside it.
 
 from __future__ import annotations
 
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,22 +29,13 @@ from typing import Any
 
 from caffetool.engine import EngineInfo
 from caffetool.errors import NetError, RunError
-from caffetool.nets import project, prototxt
+from caffetool.nets import prototxt
+from caffetool.nets.testnets import TestNet, test_nets
 from caffetool.runs import snapshots
+from caffetool.runs.final_figures import BY_TEST, BY_TRAIN
 from caffetool.runs.folder import RunFolder
-from caffetool.runs.logparse import ROW_KEYS, Metrics, outputs
+from caffetool.runs.logparse import Metrics
 from caffetool.train import caffe_commands
-
-BY_TRAIN = "caffe train"
-BY_TEST = "caffe test"
-
-
-@dataclass(frozen=True)
-class TestNet:
-    index: int
-    net: Any  # a NetParameter whose state is the one Caffe gives this test net
-    batches: int
-    source: str  # where the solver defines it, for messages
 
 
 @dataclass
@@ -62,20 +52,6 @@ class Final:
         if self.not_measured:
             out["not_measured"] = self.not_measured
         return out
-
-
-def test_nets(solver_file: Path, cwd: Path, caffe_pb2: ModuleType) -> list[TestNet]:
-    """The test nets of ``solver_file`` as Caffe builds them; relative net files resolve against ``cwd``."""
-    solver = prototxt.read(solver_file, caffe_pb2.SolverParameter())
-    nets = [(f"test_net_param #{i}", net) for i, net in enumerate(solver.test_net_param)]
-    nets += [(f"test_net {f}", prototxt.read(cwd / f, caffe_pb2.NetParameter())) for f in solver.test_net]
-    if solver.HasField("net_param"):
-        nets += [("net_param", solver.net_param)] * (len(solver.test_iter) - len(nets))
-    elif solver.net:
-        generic = prototxt.read(cwd / solver.net, caffe_pb2.NetParameter())
-        nets += [(f"net {solver.net}", generic)] * (len(solver.test_iter) - len(nets))
-    return [TestNet(i, project.with_test_state(net, solver, i, caffe_pb2), batches, source)
-            for i, ((source, net), batches) in enumerate(zip(nets, solver.test_iter))]
 
 
 def final_weights(run_dir: Path, metrics: Metrics) -> Path | None:
@@ -149,41 +125,6 @@ def keep_log(run_dir: Path, title: str, log: str) -> None:
             f.write(f"==> {title} <==\n{log}\n")
     except OSError:
         pass
-
-
-def last_figures(m: Metrics) -> dict[str, Any]:
-    """A run's last figures, as its manifest's ``final`` holds them: each train output's, and each
-    test net's last row (whose ``NumIters`` is the iteration it was measured at)."""
-    out: dict[str, Any] = {"iteration": m.iteration, "train_loss": m.train_loss(),
-                           "train": {name: m.latest(name, -1) for name in outputs(m.train)}}
-    for net, rows in sorted(m.test.items()):
-        if rows:
-            out[f"test{net}"] = dict(rows[-1])
-    return out
-
-
-def summary(final: dict[str, Any], finished: bool = True) -> list[str]:
-    """The run summary's lines for a manifest's ``final``: each test net's figures with the iteration
-    they were measured at (``final test:`` for a lone test net, ``last test:`` when the run did not
-    finish, ``test #k:`` for several)."""
-    nets = sorted((int(key[4:]), row) for key, row in final.items() if re.fullmatch(r"test\d+", key))
-    lines = []
-    for net, row in nets:
-        label = ("final test:" if finished else "last test:") if len(nets) == 1 else f"test #{net}:"
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in ROW_KEYS and v is not None)
-        by = " (caffe test)" if final.get("measured_by", {}).get(f"test{net}") == BY_TEST else ""
-        lines.append(f"{label:<11} iteration {row['NumIters']}: {shown}{by}")
-    if final.get("not_measured"):
-        lines.append(f"{'':<11} not measured at iteration {final['iteration']}: {final['not_measured']}")
-    return lines
-
-
-def restore(metrics: Metrics, final: dict[str, Any]) -> None:
-    """Puts back the rows an earlier session of the run measured with ``caffe test`` (its manifest's
-    ``final``), which a resumed run's parser cannot find in ``caffe.log``."""
-    for key, by in final.get("measured_by", {}).items():
-        if by == BY_TEST and isinstance(row := final.get(key), dict) and "NumIters" in row:
-            metrics.add_test(int(key.removeprefix("test")), dict(row))
 
 
 def last_seconds(metrics: Metrics) -> float:

@@ -122,11 +122,6 @@ def caffe_train_argv(engine: EngineInfo, solver: str, gpu_flag: list[str], weigh
     return argv
 
 
-def flag_value(argv: list[str], flag: str) -> str | None:
-    """The value of ``-flag=VALUE`` in a command line of :func:`caffe_train_argv`, if it has one."""
-    return next((arg.split("=", 1)[1] for arg in argv if arg.startswith(f"-{flag}=")), None)
-
-
 @dataclass
 class Supervisor:
     """What is known of a running Caffe and what it has been asked; every signal it gets is sent here."""

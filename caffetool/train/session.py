@@ -26,9 +26,9 @@ from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, cpu_threads, cudnn_settings, import_caffe
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffeRefused, CaffetoolError, ConfigError, PythonLayerError, RunError
-from caffetool.nets import check, declaration, generate, project, prototxt
+from caffetool.nets import check, declaration, generate, project, prototxt, testnets
 from caffetool.nets import solver as solvers
-from caffetool.runs import metrics_io, ownership, rundir, runrecord, snapshots
+from caffetool.runs import final_figures, metrics_io, ownership, rundir, runrecord, snapshots
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import LogParser, Metrics, parse_file
 from caffetool.track.live import LiveRun
@@ -69,7 +69,7 @@ class TrainRequest:
 class TrainResult:
     run_dir: Path
     outcome: runner.RunOutcome
-    manifest: dict
+    manifest: runrecord.Manifest
     weights: Path | None = None  # the newest complete .caffemodel, for the summary
 
 
@@ -238,13 +238,13 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     if max_iter is not None:
         msg.max_iter = max_iter
         fsio.write_atomic(solver_file, prototxt.to_text(msg), RunError)
-    chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
+    chosen = devices.choose(engine, "auto" if manifest.device.get("gpu") else "cpu")
     state = str(start.state.relative_to(run_dir))
     argv = runner.caffe_train_argv(engine, generate.SOLVER, chosen.flag, snapshot=state)
     resumed = {"at": runrecord.now(), "from": state, "max_iter": msg.max_iter, "caffe_command": argv}
-    run.update(resumes=[*manifest.get("resumes", []), resumed], **(record or {}))
+    run.update(resumes=[*manifest.resumes, resumed], **(record or {}))
     say(f"resuming {run_dir.name} from {start.state.name} up to iteration {msg.max_iter}")
-    target, continue_run = track.continued(tracking, manifest.get("tracking"))
+    target, continue_run = track.continued(tracking, manifest.tracking or None)
     return _train_and_record(argv, run, msg.max_iter, progress, t0, caffe_pb2, say, resumed=True,
                              engine=engine, on_metrics=on_metrics, stop=stop, tracking=target,
                              continue_run=continue_run)
@@ -264,17 +264,17 @@ def test(engine: EngineInfo, run_dir: Path, weights: str | Path | None = None,
         raise RunError(f"{run_dir} has no .caffemodel yet; give --weights FILE")
     if weights:
         _check_weights(engine, run_dir, chosen_weights, print, complete=True)
-    nets = final_test.test_nets(RunFolder(run_dir).solver, run_dir, caffe_pb2)
+    nets = testnets.test_nets(RunFolder(run_dir).solver, run_dir, caffe_pb2)
     if not nets:
         raise RunError(f"{RunFolder(run_dir).solver} has no test net (no test_iter); nothing to test")
-    chosen = devices.choose(engine, "auto" if manifest.get("device", {}).get("gpu") else "cpu")
+    chosen = devices.choose(engine, "auto" if manifest.device.get("gpu") else "cpu")
     records = []
     for t in nets:
         result = final_test.caffe_test_net(engine, run_dir, t, chosen_weights.absolute(), chosen.flag, batches)
         final_test.keep_log(run_dir, f"train.test of test net #{t.index} on {chosen_weights.name}", result.log)
         records.append(TestRecord(chosen_weights, t.index, result.batches, result.outputs))
     at = dt.datetime.now().isoformat(timespec="seconds")
-    runrecord.update(run_dir, lambda manifest: manifest.setdefault("tests", []).extend(
+    runrecord.update(run_dir, lambda manifest: manifest.tests.extend(
         {"at": at, "weights": str(chosen_weights), "net": r.net, "batches": r.batches, "outputs": r.outputs}
         for r in records))
     return records
@@ -298,10 +298,10 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
             for line in f:
                 parser.feed(line)
         parser.metrics.fatal = parser.metrics.diverged_at = None  # how an earlier session ended is not this one's
-        final_test.restore(parser.metrics, manifest.get("final", {}))
+        final_figures.restore(parser.metrics, manifest.final)
     record.update(status="running")
     ownership.keep_room(run_dir)
-    title = f"{run_dir.name}: {manifest.get('model', 'net')} on {manifest.get('dataset', {}).get('name', 'its data')}"
+    title = f"{run_dir.name}: {manifest.model or 'net'} on {manifest.dataset.get('name', 'its data')}"
     events: tensorboard.RunEvents | None = None
     tracker = LiveRun(tracking, run_dir, parser.metrics, caffe_pb2, say, continue_run) if tracking else None
     try:
@@ -323,7 +323,7 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     if outcome.status == "failed" and not m.fatal and not m.python_error and _python_abort(run_dir):
         outcome = _named_python_error(engine, run_dir, outcome)
     timings = {
-        "setup": manifest.get("timings_s", {}).get("setup", 0.0),
+        "setup": manifest.timings_s.get("setup", 0.0),
         "training": round(max(0.0, outcome.seconds - m.testing_seconds), 3),
         "testing": round(m.testing_seconds, 3),
         "total": round(time.monotonic() - t0, 3),
@@ -331,11 +331,11 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     if m.started and m.last_time:
         timings["solving"] = round((m.last_time - m.started).total_seconds(), 3)
     record.update(status=outcome.status, exit_code=outcome.exit_code, message=outcome.message,
-                  ended_at=runrecord.now(), iterations=m.iteration, final=final_test.last_figures(m),
+                  ended_at=runrecord.now(), iterations=m.iteration, final=final_figures.last_figures(m),
                   samples=outcome.samples, timings_s=timings)
     if outcome.status == "finished":
         final = _measure_final(engine, argv, run_dir, m, caffe_pb2, say)
-        record.update(final=final_test.last_figures(m) | final.record(),
+        record.update(final=final_figures.last_figures(m) | final.record(),
                       timings_s=timings | {"final_test": final.seconds, "total": round(time.monotonic() - t0, 3)})
     try:
         _write_outputs(m, run_dir, title)
@@ -356,12 +356,12 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
 def _end_tracking(tracker: LiveRun, record: runrecord.Record, m: Metrics, weights: Path | None) -> None:
     """The end of the run in MLflow; a run Caffe refused before its first iteration (whose folder
     :func:`_started` removes) is removed there too."""
-    if record.get("status") == "failed" and m.started is None and m.fatal:
+    if record.data.status == "failed" and m.started is None and m.fatal:
         tracker.discard()
         return
     tracker.update(m)
     tracked = tracker.finish(weights)
-    if tracked is not None and record.get("tracking") != tracked:
+    if tracked is not None and record.data.tracking != tracked:
         try:
             record.update(tracking=tracked)
         except RunError:
@@ -395,8 +395,8 @@ def _named_python_error(engine: EngineInfo, run_dir: Path, outcome: runner.RunOu
 def _measure_final(engine: EngineInfo, argv: list[str], run_dir: Path, m: Metrics, caffe_pb2: ModuleType,
                    say: Callable[[str], None]) -> final_test.Final:
     """The test nets at the last iteration, on the solver and devices ``argv`` trained with."""
-    solver = run_dir / runner.flag_value(argv, "solver")
-    gpus = runner.flag_value(argv, "gpu")
+    solver = run_dir / runrecord.flag_value(argv, "solver")
+    gpus = runrecord.flag_value(argv, "gpu")
     return final_test.measure(engine, run_dir, solver, m, ["-gpu", gpus] if gpus else [], caffe_pb2, say)
 
 
@@ -422,8 +422,9 @@ def _open_record(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.
         if dataset else {"name": "its data"},
         {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag,
          "cudnn": cudnn_settings.in_force(caffe_env()) if chosen.gpu and engine.manifest["options"].get("use_cudnn") else None},
-        {k: caffe_env().get(k) for k in THREAD_VARIABLES}, started) | (req.record or {})
-    data.update(caffe_command=argv, **extra,
+        {k: caffe_env().get(k) for k in THREAD_VARIABLES}, started)
+    data.set(**(req.record or {}))
+    data.set(caffe_command=argv, **extra,
                 solver={"type": solver_type, "max_iter": solver.max_iter, "base_lr": solver.base_lr,
                         "lr_policy": solver.lr_policy},
                 timings_s={"setup": round(time.monotonic() - t0, 3)})

@@ -27,32 +27,32 @@ import numpy as np
 
 from caffetool.data import datum, db
 from caffetool.errors import DataError, RunError
-from caffetool.nets import prototxt, state, transform
+from caffetool.nets import prototxt, state, testnets, transform
 from caffetool.runs.folder import RunFolder
-from caffetool.train import final_test
 
 SPLITS = ("test", "train")
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where a split's records are and how Caffe transforms them."""
+    """Where a split's records are and how Caffe transforms them (the Data layer's own
+    ``TransformationParameter``, its relative ``mean_file`` read from ``root``)."""
 
     split: str
     path: Path
     layer: Any  # the Data LayerParameter
     batch_size: int
-    test_net: final_test.TestNet | None  # the first test net (for ``caffe test``), for the test split
+    test_net: testnets.TestNet | None  # the first test net (for ``caffe test``), for the test split
+    root: Path  # the run's folder, where the net's relative paths lead
 
+    @property
+    def transform(self) -> Any:
+        return self.layer.transform_param
 
-@dataclass(frozen=True)
-class Transform:
-    scale: float
-    mean_file: Path | None
-    mean_values: tuple[float, ...]
-    crop: int
-    force_color: bool
-    force_gray: bool
+    @property
+    def mean_file(self) -> Path | None:
+        name = self.transform.mean_file
+        return (Path(name) if Path(name).is_absolute() else self.root / name) if name else None
 
 
 @dataclass
@@ -70,7 +70,7 @@ def source(run_dir: Path, split: str, caffe_pb2: ModuleType) -> Source:
     if not solver_file.is_file():
         raise RunError(f"{run_dir} has no {solver_file.name}; is it a caffetool run?")
     if split == "test":
-        nets = final_test.test_nets(solver_file, run_dir, caffe_pb2)
+        nets = testnets.test_nets(solver_file, run_dir, caffe_pb2)
         if not nets:
             raise RunError(f"{solver_file} has no test net (no test_iter); evaluate the train split with --split train")
         net, test_net = nets[0].net, nets[0]
@@ -91,7 +91,7 @@ def source(run_dir: Path, split: str, caffe_pb2: ModuleType) -> Source:
     if not path.exists():
         raise DataError(f"the {split} database {path} (layer {layer.name!r}) does not exist")
     db.detect_backend(path)
-    return Source(split, path, layer, layer.data_param.batch_size or 1, test_net)
+    return Source(split, path, layer, layer.data_param.batch_size or 1, test_net, run_dir)
 
 
 def _train_net(solver_file: Path, run_dir: Path, caffe_pb2: ModuleType) -> tuple[Any, None]:
@@ -112,20 +112,12 @@ def _train_net(solver_file: Path, run_dir: Path, caffe_pb2: ModuleType) -> tuple
     return net, None
 
 
-def transform_of(src: Source, run_dir: Path) -> Transform:
-    tp = src.layer.transform_param
-    mean_file = None
-    if tp.mean_file:
-        mean_file = Path(tp.mean_file) if Path(tp.mean_file).is_absolute() else run_dir / tp.mean_file
-    return Transform(tp.scale if tp.HasField("scale") else 1.0, mean_file, tuple(tp.mean_value),
-                     tp.crop_size, tp.force_color, tp.force_gray)
-
-
-def planes(record: bytes, caffe_pb2: ModuleType, t: Transform) -> tuple[np.ndarray, int]:
+def planes(record: bytes, caffe_pb2: ModuleType, tp: Any) -> tuple[np.ndarray, int]:
     """A record's pixels as (C, H, W) uint8, decoded as Caffe's DataTransformer decodes it (an encoded
-    image in colour or grey as ``force_color``/``force_gray`` say), and its label."""
+    image in colour or grey as the ``TransformationParameter``'s ``force_color``/``force_gray`` say),
+    and its label."""
     message = datum.parse(record, caffe_pb2)
-    flag = cv2.IMREAD_COLOR if t.force_color else cv2.IMREAD_GRAYSCALE if t.force_gray else cv2.IMREAD_UNCHANGED
+    flag = cv2.IMREAD_COLOR if tp.force_color else cv2.IMREAD_GRAYSCALE if tp.force_gray else cv2.IMREAD_UNCHANGED
     return datum.planes(message, flag), message.label
 
 
@@ -143,39 +135,39 @@ def crop(image: np.ndarray, size: int) -> np.ndarray:
 class Transformer:
     """The float32 input Caffe makes of each record; the mean image is read at the first record."""
 
-    def __init__(self, t: Transform, caffe_pb2: ModuleType) -> None:
-        self.t, self.caffe_pb2 = t, caffe_pb2
-        self.scale = np.float32(t.scale)
+    def __init__(self, src: Source, caffe_pb2: ModuleType) -> None:
+        self.caffe_pb2, self.mean_file = caffe_pb2, src.mean_file
+        self.mean_values, self.crop = tuple(src.transform.mean_value), src.transform.crop_size
+        self.scale = np.float32(src.transform.scale)
         self.mean: np.ndarray | None = None
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
         x = image.astype(np.float32)
         mean = self._mean(image.shape)
         if mean is not None:
-            x = crop(x - mean, self.t.crop) if mean.ndim == 3 else crop(x, self.t.crop) - mean
+            x = crop(x - mean, self.crop) if mean.ndim == 3 else crop(x, self.crop) - mean
         else:
-            x = crop(x, self.t.crop)
+            x = crop(x, self.crop)
         return x if self.scale == 1 else x * self.scale
 
     def _mean(self, shape: tuple[int, ...]) -> np.ndarray | None:
         channels, height, width = shape
-        if self.mean is None and self.t.mean_file is not None:
-            mean = transform.read_mean(self.caffe_pb2, self.t.mean_file, channels, height, width)
+        if self.mean is None and self.mean_file is not None:
+            mean = transform.read_mean(self.caffe_pb2, self.mean_file, channels, height, width)
             if mean.shape != shape:  # Caffe's DataTransformer checks the mean image's size the same way
-                raise DataError(f"mean {self.t.mean_file} is not a {channels}x{height}x{width} image like the records")
+                raise DataError(f"mean {self.mean_file} is not a {channels}x{height}x{width} image like the records")
             self.mean = mean
-        elif self.mean is None and self.t.mean_values:
-            values = self.t.mean_values * (channels if len(self.t.mean_values) == 1 else 1)
+        elif self.mean is None and self.mean_values:
+            values = self.mean_values * (channels if len(self.mean_values) == 1 else 1)
             if len(values) != channels:
                 raise DataError(f"{len(values)} mean_value entries for {channels}-channel records")
             self.mean = np.array(values, np.float32).reshape(-1, 1, 1)
         return self.mean
 
 
-def batches(src: Source, t: Transform, caffe_pb2: ModuleType, size: int,
-            shape: tuple[int, int, int]) -> Iterator[Batch]:
+def batches(src: Source, caffe_pb2: ModuleType, size: int, shape: tuple[int, int, int]) -> Iterator[Batch]:
     """The records of ``src`` in key order, ``size`` at a time, as the net's (C, H, W) inputs."""
-    transformer = Transformer(t, caffe_pb2)
+    transformer = Transformer(src, caffe_pb2)
     keys: list[str] = []
     labels: list[int] = []
     blob = np.empty((size, *shape), np.float32)
@@ -183,7 +175,7 @@ def batches(src: Source, t: Transform, caffe_pb2: ModuleType, size: int,
     for key, value in db.read(src.path):
         name = key.decode(errors="replace")
         try:
-            image, label = planes(value, caffe_pb2, t)
+            image, label = planes(value, caffe_pb2, src.transform)
             x = transformer(image)
         except DataError as e:
             raise DataError(f"{src.path}: record {name}: {e}") from None
@@ -201,12 +193,12 @@ def batches(src: Source, t: Transform, caffe_pb2: ModuleType, size: int,
         yield Batch(start, keys, np.array(labels, np.int64), blob[: len(keys)])
 
 
-def images_at(src: Source, t: Transform, caffe_pb2: ModuleType, indices: list[int]) -> dict[int, np.ndarray]:
+def images_at(src: Source, caffe_pb2: ModuleType, indices: list[int]) -> dict[int, np.ndarray]:
     """The cropped pixels (H, W, C uint8, no mean or scale) of the records at ``indices``, for showing."""
     wanted, found = set(indices), {}
     for i, (_, value) in enumerate(db.read(src.path)):
         if i in wanted:
-            found[i] = crop(planes(value, caffe_pb2, t)[0], t.crop).transpose(1, 2, 0).copy()
+            found[i] = crop(planes(value, caffe_pb2, src.transform)[0], src.transform.crop_size).transpose(1, 2, 0).copy()
             if len(found) == len(wanted):
                 break
     return found

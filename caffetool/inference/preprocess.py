@@ -24,8 +24,8 @@ import cv2
 import numpy as np
 
 from caffetool.data import imageheader
-from caffetool.demo import caffeio
 from caffetool.errors import ImageError
+from caffetool.inference import caffeio
 
 MAX_PIXELS, MAX_DECODED_BYTES = imageheader.MAX_PIXELS, imageheader.MAX_DECODED_BYTES
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from caffetool.demo import preprocess
+from caffetool.data import layout
 from caffetool.errors import ConfigError, NetError, RunError
+from caffetool.inference import preprocess
 from caffetool.nets import transform
-from caffetool.runs import snapshots
+from caffetool.runs import runrecord, snapshots
 from caffetool.runs.folder import RunFolder
 
 
@@ -56,9 +57,9 @@ def from_run(run_dir: Path) -> ModelFiles:
 def _dataset_manifest(run_dir: Path) -> dict:
     """The manifest of the data set the run trained on; empty when the run has none (``--solver`` runs)."""
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        found = json.loads((Path(manifest["dataset"]["path"]) / "manifest.json").read_text())
-    except (OSError, ValueError, KeyError, TypeError):
+        path = runrecord.read(run_dir).dataset.get("path")
+        found = json.loads((Path(path) / layout.MANIFEST).read_text()) if path else {}
+    except (RunError, OSError, ValueError, TypeError):
         return {}
     return found if isinstance(found, dict) else {}
 
