@@ -60,7 +60,7 @@ from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.engine.locate import caffe_env
 from caffetool.engine.recipe import BLAS, blas_name
 from caffetool.errors import CaffetoolError, EngineNotFound, RunError, SystemDependencyError
-from caffetool.nets import builders, declaration, generate, prototxt, solver
+from caffetool.nets import builders, declaration, generate, prototxt, solvers
 from caffetool.proc import run_checked
 from caffetool.train import caffe_commands
 
@@ -118,7 +118,7 @@ def blas_of(engine: EngineInfo) -> str:
 def prepare_lenet(engine: EngineInfo, data_dir: Path, folder: Path, iters: int) -> Path:
     """caffetool's LeNet for Fashion-MNIST, its solver set for a timed run: no tests, no snapshots."""
     dataset = fetch.fetch(FASHION_MNIST, data_dir, progress=False, say=lambda _: None).dataset
-    options = solver.SolverOptions(max_iter=iters, display=FIRST_TIMED, random_seed=1, snapshot=iters + 1,
+    options = solvers.SolverOptions(max_iter=iters, display=FIRST_TIMED, random_seed=1, snapshot=iters + 1,
                                    test_interval=iters + 1, mode="cpu")
     files = generate.generate(engine, declaration.get("lenet"), dataset, folder, options).files
     pb = import_caffe(engine).proto.caffe_pb2

@@ -89,10 +89,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from caffetool import apt, fsio
 from caffetool.data.registry import FASHION_MNIST
-from caffetool.demo import classifier as demo_model
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import CaffetoolError
 from caffetool.inference.modelfiles import ModelFiles, from_run
+from caffetool.serving import classifier
 
 PROJECT = Path(__file__).resolve().parents[1]
 CAFFETOOL = Path(sys.executable).parent / "caffetool"
@@ -211,12 +211,12 @@ def per_call_ms(step: Callable[[int], object], seconds: float) -> float:
     return (time.perf_counter() - start) / done * 1e3
 
 
-def floors(classifier: object, images: list[bytes], seconds: float) -> dict:
-    blobs = [classifier.prepare(images[i % len(images)]).blob for i in range(16)]
+def floors(model: object, images: list[bytes], seconds: float) -> dict:
+    blobs = [model.prepare(images[i % len(images)]).blob for i in range(16)]
     batch = np.concatenate(blobs)
-    prepare_ms = per_call_ms(lambda i: classifier.prepare(images[i % len(images)]), seconds)
-    one_ms = per_call_ms(lambda i: classifier.rows(blobs[i % 16]), seconds)
-    batch_ms = per_call_ms(lambda i: classifier.rows(batch), seconds)
+    prepare_ms = per_call_ms(lambda i: model.prepare(images[i % len(images)]), seconds)
+    one_ms = per_call_ms(lambda i: model.rows(blobs[i % 16]), seconds)
+    batch_ms = per_call_ms(lambda i: model.rows(batch), seconds)
     return {"prepare_ms": round(prepare_ms, 3), "forward_1_ms": round(one_ms, 3),
             "forward_16_ms": round(batch_ms, 3),
             "single_images_per_s": round(1e3 / (prepare_ms + one_ms), 1),
@@ -420,19 +420,19 @@ def measure(server: Server, script: Path, route: str, row: Row, warmup: int) -> 
 
 def bench_model(engine: object, model: Model, args: argparse.Namespace, tmp: Path) -> dict:
     """The model's floors, then its four rows (batching off and on, each route), with the server logs' errors."""
-    classifier = demo_model.load(engine, model.files, "caffe")
-    body, json_size = v2_body(classifier.prepare(model.images[0]).blob, *classifier.blobs)
+    loaded = classifier.load(engine, model.files, "caffe")
+    body, json_size = v2_body(loaded.prepare(model.images[0]).blob, *loaded.blobs)
     print(f"\n{model.described}", flush=True)
-    floor = floors(classifier, model.images, args.seconds / 2)
+    floor = floors(loaded, model.images, args.seconds / 2)
     print(f"  floors: prepare {floor['prepare_ms']:.2f} ms, forward of 1 {floor['forward_1_ms']:.2f} ms, of 16 "
           f"{floor['forward_16_ms']:.2f} ms", flush=True)
     scripts = {
         "api": lua_script(tmp / model.name / "api", ROUTES["api"], model.images, {"Content-Type": model.content_type}),
-        "v2": lua_script(tmp / model.name / "v2", ROUTES["v2"].format(model=classifier.name), [body],
+        "v2": lua_script(tmp / model.name / "v2", ROUTES["v2"].format(model=loaded.name), [body],
                          {"Content-Type": "application/octet-stream",
                           "Inference-Header-Content-Length": str(json_size)}),
     }
-    del classifier
+    del loaded
     rows, logs = [], {}
     for batching, max_batch, delay in (("off", 1, 0), ("on", args.max_batch[model.name], args.delay_us[model.name])):
         argv = [str(CAFFETOOL), "demo.serve", *model.serve, "--max-batch", str(max_batch),

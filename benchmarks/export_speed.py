@@ -51,15 +51,14 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime
-
 from _common import median
 from memory_nets import bottleneck, conv_bn  # ResNet-50's units, as the memory benchmark builds them
 
 from caffetool import __version__, fsio
-from caffetool.demo.classifier import ModelFiles
 from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.errors import CaffetoolError
 from caffetool.export import exporter, runtime
+from caffetool.serving.classifier import ModelFiles
 
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "export"

@@ -27,8 +27,7 @@ import memory_nets
 
 from caffetool.engine import import_caffe, locate
 from caffetool.errors import CaffetoolError
-from caffetool.memory import estimate as est
-from caffetool.memory import measure, netsource
+from caffetool.memory import estimator, measuring, netsource
 
 CLASSIC = {"lenet": (64,), "caffenet": (8, 32), "vgg16": (4,)}  # declared models, read from LMDB
 SOLVERS = ("SGD", "Adam")
@@ -79,15 +78,15 @@ def run(engine: Any, caffe: Any, case: Case, threads: int = 1) -> Row:
     start = time.perf_counter()
     head = f"{case.name:<13} {case.batch:>5} {case.solver:<6}"
     try:
-        options = est.Options(solver=case.solver, input_shape=shape, threads=threads, tuned=engine.tuned)
-        e: int | None = est.estimate(net, options).total
+        options = estimator.Options(solver=case.solver, input_shape=shape, threads=threads, tuned=engine.tuned)
+        e: int | None = estimator.estimate(net, options).total
         refusal = ""
     except CaffetoolError as error:
         e, refusal = None, f"refused: {error}"
     except Exception as error:  # noqa: BLE001 - an estimator bug is one failing row, not the end of the table
         e, refusal = None, f"estimator failed: {type(error).__name__}: {error}"
     try:
-        got = measure.measure(engine, caffe, net, case.solver, shape or NO_IMAGES, classes,
+        got = measuring.measure(engine, caffe, net, case.solver, shape or NO_IMAGES, classes,
                               threads=threads)["allocated"]
     except CaffetoolError as error:
         return Row(f"{head} {'-':>13} {'-':>13} {'-':>8} {time.perf_counter() - start:>5.0f}  "
@@ -106,7 +105,7 @@ def timing(caffe: Any) -> str:
     times = []
     for _ in range(20):
         start = time.perf_counter()
-        est.estimate(vgg.net, est.Options(input_shape=vgg.input_shape))
+        estimator.estimate(vgg.net, estimator.Options(input_shape=vgg.input_shape))
         times.append(time.perf_counter() - start)
     return (f"VGG-16 estimate {1e3 * min(times):.2f} ms best, {1e3 * sorted(times)[len(times) // 2]:.2f} ms median "
             "(target < 100 ms)")

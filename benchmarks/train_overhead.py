@@ -26,7 +26,7 @@ from caffetool.data import fetch
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine import locate
 from caffetool.engine.locate import caffe_env
-from caffetool.nets import declaration, generate, solver
+from caffetool.nets import declaration, generate, solvers
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def main() -> None:
         for i in range(args.rounds):
             folder = tmp_path / f"bare{i}"
             generate.generate(engine, declaration.get("lenet"), dataset, folder,
-                              solver.SolverOptions(max_iter=args.iterations))
+                              solvers.SolverOptions(max_iter=args.iterations))
             t_bare.append(bare(engine, folder))
             t_ours.append(ours(tmp_path / "runs", data_dir, f"r{i}", args.iterations))
             print(f"round {i + 1}: bare {t_bare[-1]:.2f} s, invoke train {t_ours[-1]:.2f} s", flush=True)

@@ -4,7 +4,7 @@ The commands are built here as data and run by the task layer; the image recipes
 ``docker/``. GPU images (``docker/Dockerfile``) compile the engine in an
 ``nvidia/cuda:<cuda>-cudnn-devel-ubuntu<ubuntu>`` build stage, copy it to the matching
 ``-cudnn-runtime`` final stage and pin NCCL to the release NVIDIA's CUDA repository pairs with that
-CUDA. The CPU image (``docker/bundle.Dockerfile``) is Debian 12 with the host's installed engine
+CUDA. The CPU image (``docker/bundles.Dockerfile``) is Debian 12 with the host's installed engine
 unpacked from an engine bundle: no compiler in the build, a minute instead of a source build's ten.
 The GPU image ``--base pypi`` is the same recipe with a CUDA engine's bundle: Debian 12 plus the
 NVIDIA wheels from PyPI that the bundle declares (CUDA 13 runtime, cuBLAS, cuRAND, cuDNN 9, NCCL),
@@ -25,16 +25,16 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from caffetool import config
+from caffetool.checksum import sha256_file
+from caffetool.choices import choose
 from caffetool.engine import cudalibs, cudnnlibs, source
 from caffetool.engine.fatbin import Architectures
 from caffetool.engine.locate import locate
-from caffetool.errors import ConfigError
 from caffetool.engine.recipe import CAFFE_SOURCE, PATCH_DIR, PROJECT_PATCHES
-from caffetool.checksum import sha256_file
-from caffetool.choices import choose
+from caffetool.errors import ConfigError
 
 if TYPE_CHECKING:
-    from caffetool.engine.bundle import BundleResult
+    from caffetool.engine.bundles import BundleResult
 
 # The architectures each CUDA release's nvcc compiles for (`nvcc --list-gpu-code`), from Volta's 7.0 up:
 # the default rule of caffetool.engine.cudaarch, declared per release because the image's engine is
@@ -62,7 +62,7 @@ CONTAINER_PROJECT = "/opt/caffetool"
 CONTAINER_ENGINE = "/opt/caffe"
 # Staged inputs of a build, inside the build context (.dockerignore lets this folder of build/ through).
 STAGE = Path("build") / "docker-context"
-DOCKERFILES = {"source": Path("docker") / "Dockerfile", "bundle": Path("docker") / "bundle.Dockerfile"}
+DOCKERFILES = {"source": Path("docker") / "Dockerfile", "bundle": Path("docker") / "bundles.Dockerfile"}
 # The files of an installed engine whose libraries `docker.check` resolves inside an image.
 ENGINE_ELVES = ("bin/caffe", "lib/libcaffe.so")
 BUNDLE_NAME = "engine.tar.zst"
@@ -147,7 +147,7 @@ def stage_bundle(project: Path, img: Image, prefix: str | Path | None,
     The engine must suit the image: a CPU-only one for the cpu image, a CUDA one for the GPU image
     from PyPI (checked before the minute of bundling).
     """
-    from caffetool.engine import bundle  # noqa: PLC0415  (the bundler pulls in the ELF tools)
+    from caffetool.engine import bundles  # noqa: PLC0415  (the bundler pulls in the ELF tools)
 
     engine = locate(prefix, probe=False)
     if img.gpu and engine.cpu_only:
@@ -159,7 +159,7 @@ def stage_bundle(project: Path, img: Image, prefix: str | Path | None,
                           "pass --prefix with a CPU engine, or use --variant gpu --base pypi")
     folder = project / STAGE / "engine"
     folder.mkdir(parents=True, exist_ok=True)
-    return bundle.make(prefix, folder / BUNDLE_NAME, BUNDLE_LEVEL, say=say)
+    return bundles.make(prefix, folder / BUNDLE_NAME, BUNDLE_LEVEL, say=say)
 
 
 def stage_certificates(project: Path, local: Path = LOCAL_CAS) -> list[str]:

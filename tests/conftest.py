@@ -116,7 +116,7 @@ def fashion_data(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trained_run(engine, fashion_data, tmp_path_factory):
     """A LeNet trained by the test suite once (600 iterations of the recipe, about 15 s)."""
-    from caffetool.nets.solver import SolverOptions
+    from caffetool.nets.solvers import SolverOptions
     from caffetool.train import session
 
     runs = tmp_path_factory.mktemp("trained-runs")

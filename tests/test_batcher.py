@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from caffetool.demo.batcher import Batcher, QueueFull
+from caffetool.serving.batcher import Batcher, QueueFull
 
 
 def recorder():

@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from caffetool import glog
-from caffetool.engine import bundle, elf, locate, smoke
+from caffetool.engine import bundles, elf, locate, smoke
 from caffetool.engine.locate import MANIFEST, pycaffe_imports
 from caffetool.errors import BundleError, ChecksumMismatch, EngineCorrupt, EngineError, SourceError
 
@@ -26,15 +26,15 @@ FAST = 3
 
 
 @pytest.fixture(scope="module")
-def cpu_bundle(engine, tmp_path_factory) -> bundle.BundleResult:
-    return bundle.make(engine.prefix, tmp_path_factory.mktemp("bundle") / "engine.tar.zst", level=FAST,
+def cpu_bundle(engine, tmp_path_factory) -> bundles.BundleResult:
+    return bundles.make(engine.prefix, tmp_path_factory.mktemp("bundle") / "engine.tar.zst", level=FAST,
                        say=lambda _: None)
 
 
 @pytest.fixture(scope="module")
-def installed(cpu_bundle, tmp_path_factory) -> bundle.BundleInstall:
+def installed(cpu_bundle, tmp_path_factory) -> bundles.BundleInstall:
     prefix = tmp_path_factory.mktemp("bundle-install") / "engine"
-    return bundle.install(str(cpu_bundle.path), prefix, link=False, say=lambda _: None)
+    return bundles.install(str(cpu_bundle.path), prefix, link=False, say=lambda _: None)
 
 
 def _no_library_path() -> dict[str, str]:
@@ -42,7 +42,7 @@ def _no_library_path() -> dict[str, str]:
 
 
 def test_bundle_is_reproducible(engine, cpu_bundle, tmp_path):
-    again = bundle.make(engine.prefix, tmp_path / "again.tar.zst", level=FAST, say=lambda _: None)
+    again = bundles.make(engine.prefix, tmp_path / "again.tar.zst", level=FAST, say=lambda _: None)
     assert again.sha256 == cpu_bundle.sha256
     assert again.path.read_bytes() == cpu_bundle.path.read_bytes()
     sibling = cpu_bundle.path.with_name(cpu_bundle.path.name + ".sha256").read_text()
@@ -50,16 +50,16 @@ def test_bundle_is_reproducible(engine, cpu_bundle, tmp_path):
 
 
 def test_manifest_names_recipe_machine_glibc_and_every_file(engine, cpu_bundle):
-    manifest = bundle.read_manifest(cpu_bundle.path)
+    manifest = bundles.read_manifest(cpu_bundle.path)
     assert manifest["engine"]["patches"] == engine.manifest["patches"]
     assert manifest["engine"]["options"]["cpu_only"] is True and manifest["cuda"] is None
     assert manifest["machine"] == os.uname().machine
     assert elf.version_tuple(manifest["glibc_floor"]) <= elf.version_tuple(elf.host_glibc())
     assert "bin/caffe" in manifest["files"] and "lib/vendor/libprotobuf.so.32" in manifest["files"]
-    assert not set(manifest["vendored"]) & bundle.GLIBC_SONAMES
+    assert not set(manifest["vendored"]) & bundles.GLIBC_SONAMES
     with tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(open(cpu_bundle.path, "rb")), mode="r|") as tar:
         names = [m.name for m in tar]
-    assert names[0] == bundle.BUNDLE_MANIFEST
+    assert names[0] == bundles.BUNDLE_MANIFEST
     assert names[1:] == sorted(names[1:])
     assert not any("__pycache__" in n for n in names)
 
@@ -73,7 +73,7 @@ def test_every_elf_resolves_inside_the_install_or_to_glibc(installed):
         for dep in elf.dependencies(path):
             assert dep.path is not None, f"{path.name} needs {dep.soname}, which is not found"
             inside = prefix.resolve() in dep.path.resolve().parents
-            assert inside or dep.soname in bundle.GLIBC_SONAMES, f"{path.name} loads {dep.path} from the system"
+            assert inside or dep.soname in bundles.GLIBC_SONAMES, f"{path.name} loads {dep.path} from the system"
 
 
 def test_a_library_in_a_folder_with_spaces_is_found_whole(tmp_path):
@@ -100,7 +100,7 @@ def test_installed_bundle_trains_and_imports(installed):
 def test_second_install_of_the_same_bundle_is_a_no_op(cpu_bundle, installed):
     manifest = installed.engine.prefix / MANIFEST
     before = manifest.stat().st_mtime_ns
-    again = bundle.install(str(cpu_bundle.path), installed.engine.prefix, link=False, say=lambda _: None)
+    again = bundles.install(str(cpu_bundle.path), installed.engine.prefix, link=False, say=lambda _: None)
     assert again.cached and manifest.stat().st_mtime_ns == before
 
 
@@ -151,7 +151,7 @@ def test_install_from_url_with_sha256_beside_it(cpu_bundle, tmp_path):
     with Server() as server:
         server.routes["/b/engine.tar.zst"] = Route(cpu_bundle.path.read_bytes())
         server.routes["/b/engine.tar.zst.sha256"] = Route(f"{cpu_bundle.sha256}  engine.tar.zst\n".encode())
-        done = bundle.install(f"{server.url}/b/engine.tar.zst", tmp_path / "engine", link=False, say=lambda _: None)
+        done = bundles.install(f"{server.url}/b/engine.tar.zst", tmp_path / "engine", link=False, say=lambda _: None)
     assert (done.engine.prefix / "bin" / "caffe").exists()
 
 
@@ -162,7 +162,7 @@ def _nothing_left(prefix: Path) -> None:
 
 def test_wrong_checksum_is_refused_and_nothing_installed(cpu_bundle, tmp_path):
     with pytest.raises(ChecksumMismatch, match="expected 0000"):
-        bundle.install(str(cpu_bundle.path), tmp_path / "engine", sha256="0" * 64, link=False)
+        bundles.install(str(cpu_bundle.path), tmp_path / "engine", sha256="0" * 64, link=False)
     _nothing_left(tmp_path / "engine")
 
 
@@ -170,7 +170,7 @@ def test_bundle_without_checksum_is_refused(cpu_bundle, tmp_path):
     lone = tmp_path / "lone.tar.zst"
     shutil.copyfile(cpu_bundle.path, lone)
     with pytest.raises(SourceError, match="--sha256"):
-        bundle.install(str(lone), tmp_path / "engine", link=False)
+        bundles.install(str(lone), tmp_path / "engine", link=False)
     _nothing_left(tmp_path / "engine")
 
 
@@ -180,7 +180,7 @@ def test_corrupt_bundle_is_refused_and_nothing_installed(cpu_bundle, tmp_path):
     bad = tmp_path / "bad.tar.zst"
     bad.write_bytes(data)
     with pytest.raises(EngineCorrupt):
-        bundle.install(str(bad), tmp_path / "engine", sha256=elf_sha(bad), link=False)
+        bundles.install(str(bad), tmp_path / "engine", sha256=elf_sha(bad), link=False)
     _nothing_left(tmp_path / "engine")
 
 
@@ -193,7 +193,7 @@ def elf_sha(path: Path) -> str:
 def _hostile_bundle(path: Path, manifest: dict, members: list[tuple[str, bytes]]) -> Path:
     with open(path, "wb") as raw, zstandard.ZstdCompressor().stream_writer(raw) as zst, \
             tarfile.open(fileobj=zst, mode="w|") as tar:
-        for name, data in [(bundle.BUNDLE_MANIFEST, json.dumps(manifest).encode()), *members]:
+        for name, data in [(bundles.BUNDLE_MANIFEST, json.dumps(manifest).encode()), *members]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -201,11 +201,11 @@ def _hostile_bundle(path: Path, manifest: dict, members: list[tuple[str, bytes]]
 
 
 def test_member_outside_the_install_is_refused(cpu_bundle, tmp_path):
-    manifest = bundle.read_manifest(cpu_bundle.path)
+    manifest = bundles.read_manifest(cpu_bundle.path)
     manifest["files"] = {}
     evil = _hostile_bundle(tmp_path / "evil.tar.zst", manifest, [("../escaped", b"x")])
     with pytest.raises(EngineCorrupt, match="outside the install"):
-        bundle.install(str(evil), tmp_path / "place" / "engine", sha256=elf_sha(evil), link=False)
+        bundles.install(str(evil), tmp_path / "place" / "engine", sha256=elf_sha(evil), link=False)
     assert not (tmp_path / "place" / "escaped").exists()
     _nothing_left(tmp_path / "place" / "engine")
 
@@ -214,26 +214,26 @@ def test_not_a_bundle_is_refused(tmp_path):
     plain = _hostile_bundle(tmp_path / "plain.tar.zst", {}, [])
     plain.write_bytes(zstandard.ZstdCompressor().compress(b"not a tar archive at all" * 100))
     with pytest.raises(EngineCorrupt, match="not a"):
-        bundle.read_manifest(plain)
+        bundles.read_manifest(plain)
 
 
 def test_unsuitable_bundles_are_refused_with_the_reason(cpu_bundle):
-    manifest = bundle.read_manifest(cpu_bundle.path)
+    manifest = bundles.read_manifest(cpu_bundle.path)
     with pytest.raises(BundleError, match="built for aarch64"):
-        bundle.check_suitable({**manifest, "machine": "aarch64"})
+        bundles.check_suitable({**manifest, "machine": "aarch64"})
     with pytest.raises(BundleError, match="needs glibc 9.99"):
-        bundle.check_suitable({**manifest, "glibc_floor": "9.99"})
+        bundles.check_suitable({**manifest, "glibc_floor": "9.99"})
     cuda = {**manifest, "cuda": {"major": 13}}
-    assert bundle.driver_cuda_version() is None  # no NVIDIA driver on these machines
-    assert bundle.check_suitable(cuda) == ["no NVIDIA driver here: this CUDA 13 engine runs on the CPU only"]
+    assert bundles.driver_cuda_version() is None  # no NVIDIA driver on these machines
+    assert bundles.check_suitable(cuda) == ["no NVIDIA driver here: this CUDA 13 engine runs on the CPU only"]
 
 
 def test_cuda_driver_too_old_is_refused(cpu_bundle, monkeypatch):
     """Stand-in for a GPU machine (none exists here): a driver that serves CUDA 12.4 only."""
-    monkeypatch.setattr(bundle, "driver_cuda_version", lambda: (12, 4))
-    manifest = {**bundle.read_manifest(cpu_bundle.path), "cuda": {"major": 13}}
+    monkeypatch.setattr(bundles, "driver_cuda_version", lambda: (12, 4))
+    manifest = {**bundles.read_manifest(cpu_bundle.path), "cuda": {"major": 13}}
     with pytest.raises(BundleError, match="serves CUDA up to 12.4; the bundle needs CUDA 13"):
-        bundle.check_suitable(manifest)
+        bundles.check_suitable(manifest)
 
 
 def test_cuda_libraries_found_where_the_wheels_put_them(tmp_path, monkeypatch):
@@ -244,10 +244,10 @@ def test_cuda_libraries_found_where_the_wheels_put_them(tmp_path, monkeypatch):
     (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
     (site / "nvidia" / "cu13" / "lib" / "libcudart.so.13").touch()
     monkeypatch.syspath_prepend(str(site))
-    assert bundle.find_cuda_folder(cuda) is None  # cuDNN missing: not this folder
+    assert bundles.find_cuda_folder(cuda) is None  # cuDNN missing: not this folder
     (site / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
     (site / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9").touch()
-    assert bundle.find_cuda_folder(cuda) == (site / "nvidia").resolve()
+    assert bundles.find_cuda_folder(cuda) == (site / "nvidia").resolve()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def test_cpu_bundle_runs_on_a_bare_debian_root(cpu_bundle, bare_root):
     for name in BUILD_LIBRARIES:
         assert not list(bare_root.glob(f"usr/lib/*/{name}")), f"the bare root already has {name}"
     assert not (bare_root / "usr" / "bin" / "python3").exists()
-    bundle.install(str(cpu_bundle.path), bare_root / "opt" / "caffe", link=False, say=lambda _: None)
+    bundles.install(str(cpu_bundle.path), bare_root / "opt" / "caffe", link=False, say=lambda _: None)
 
     def chroot(*argv: str) -> subprocess.CompletedProcess:
         env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "GLOG_logtostderr": "1"}
@@ -344,7 +344,7 @@ def test_force_never_deletes_what_caffetool_did_not_make(cpu_bundle, tmp_path):
     users.mkdir()
     (users / "notes.txt").write_text("keep me")
     with pytest.raises(EngineError, match=r"mine holds files caffetool did not make \(notes.txt\), not an engine"):
-        bundle.install(str(cpu_bundle.path), users, force=True, link=False, say=lambda _: None)
+        bundles.install(str(cpu_bundle.path), users, force=True, link=False, say=lambda _: None)
     checkout = tmp_path / "caffe"
     (checkout / "include" / "caffe").mkdir(parents=True)
     (checkout / "include" / "caffe" / "caffe.hpp").write_text("// BVLC")
@@ -352,12 +352,12 @@ def test_force_never_deletes_what_caffetool_did_not_make(cpu_bundle, tmp_path):
     (checkout / "examples").mkdir()
     with pytest.raises(EngineError, match=r"caffe is a Caffe source tree, not an engine caffetool installed; .*"
                                           r"unset CAFFE_ROOT"):
-        bundle.install(str(cpu_bundle.path), checkout, force=True, link=False, say=lambda _: None)
+        bundles.install(str(cpu_bundle.path), checkout, force=True, link=False, say=lambda _: None)
     with pytest.raises(EngineCorrupt) as found:
         locate(checkout)
     assert "--force" not in str(found.value) and "is a Caffe source tree" in str(found.value)
     assert (users / "notes.txt").read_text() == "keep me"
     assert sorted(p.name for p in checkout.iterdir()) == ["examples", "include", "src"]
-    done = bundle.install(str(cpu_bundle.path), tmp_path / "engine", link=False, say=lambda _: None)
-    again = bundle.install(str(cpu_bundle.path), tmp_path / "engine", force=True, link=False, say=lambda _: None)
+    done = bundles.install(str(cpu_bundle.path), tmp_path / "engine", link=False, say=lambda _: None)
+    again = bundles.install(str(cpu_bundle.path), tmp_path / "engine", force=True, link=False, say=lambda _: None)
     assert not again.cached and again.engine.prefix == done.engine.prefix  # caffetool's own: replaced

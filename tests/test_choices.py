@@ -5,36 +5,48 @@ from __future__ import annotations
 
 import pytest
 
-from caffetool.choices import (INT32_MAX, PORT, SECONDS, Limit, bounded, choose, count, input_file, number,
-                               output_file, shell_words, writable_folder)
+from caffetool.choices import (
+    INT32_MAX,
+    PORT,
+    SECONDS,
+    Limit,
+    bounded,
+    choose,
+    count,
+    input_file,
+    number,
+    output_file,
+    shell_words,
+    writable_folder,
+)
 from caffetool.errors import ConfigError
-from caffetool.memory import estimate as est
-from caffetool.nets import solver
+from caffetool.memory import estimator
+from caffetool.nets import solvers
 
 
 @pytest.mark.parametrize("typed,canonical", [("adam", "Adam"), ("ADAM", "Adam"), ("Adam", "Adam"),
                                              ("nesterov", "Nesterov"), ("rmsprop", "RMSProp"), (" sgd ", "SGD")])
 def test_choose_ignores_case_and_returns_the_canonical_spelling(typed, canonical):
-    assert choose(typed, solver.SOLVER_TYPES, "--type") == canonical
+    assert choose(typed, solvers.SOLVER_TYPES, "--type") == canonical
 
 
 def test_choose_names_the_flag_and_lists_the_options():
     with pytest.raises(ConfigError) as err:
-        choose("adm", solver.SOLVER_TYPES, "--type")
+        choose("adm", solvers.SOLVER_TYPES, "--type")
     assert str(err.value) == "unknown --type 'adm'; choose one of: SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam"
 
 
 def test_solver_options_store_caffes_spelling():
-    options = solver.SolverOptions(type="adam", lr_policy="STEP", mode="GPU", gamma=0.1, stepsize=10)
+    options = solvers.SolverOptions(type="adam", lr_policy="STEP", mode="GPU", gamma=0.1, stepsize=10)
     assert (options.type, options.lr_policy, options.mode) == ("Adam", "step", "gpu")
-    assert solver.settle(options)["lr_policy"] == "step"
+    assert solvers.settle(options)["lr_policy"] == "step"
 
 
 def test_memory_options_store_canonical_names():
-    options = est.Options(phase="TEST", mode="Gpu", solver="adagrad", dtype="FP16")
+    options = estimator.Options(phase="TEST", mode="Gpu", solver="adagrad", dtype="FP16")
     assert (options.phase, options.mode, options.solver, options.dtype) == ("test", "gpu", "AdaGrad", "fp16")
     with pytest.raises(ConfigError, match=r"^unknown --dtype 'fp8'; choose one of: fp32, fp16$"):
-        est.Options(dtype="fp8")
+        estimator.Options(dtype="fp8")
 
 
 @pytest.mark.parametrize("value,kind,expected", [("0.01", float, 0.01), ("1e-4", float, 1e-4), ("500", int, 500),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from caffetool.engine import bundle, cudalibs
+from caffetool.engine import bundles, cudalibs
 from caffetool.errors import EngineError
 
 BUILT = ["nvidia-cublas==13.0.2.14", "nvidia-curand==10.4.0.35", "nvidia-cuda-cccl==13.0.85",
@@ -42,8 +42,8 @@ def test_a_bundle_refuses_libraries_older_than_it_was_built_against(tmp_path, mo
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setattr(cudalibs, "installed", lambda names: {name: "9.10.0.1" for name in names})
     with pytest.raises(EngineError) as refused:
-        bundle._cuda_libraries(cuda, pip=False, say=print)
+        bundles._cuda_libraries(cuda, pip=False, say=print)
     assert "nvidia-cudnn-cu13 9.10.0.1 (needs >=9.12.0.46,<10)" in str(refused.value)
     assert "pip install -U 'nvidia-cudnn-cu13>=9.12.0.46,<10'" in str(refused.value)
     monkeypatch.setattr(cudalibs, "installed", lambda names: {name: "9.19.0.56" for name in names})
-    assert bundle._cuda_libraries(cuda, pip=False, say=print) == (site / "nvidia").resolve()
+    assert bundles._cuda_libraries(cuda, pip=False, say=print) == (site / "nvidia").resolve()

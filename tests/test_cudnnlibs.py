@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from caffetool.engine import bundle, cudnnlibs
+from caffetool.engine import bundles, cudnnlibs
 from caffetool.errors import EngineError
 
 ALL = ("libcudnn.so.9", *cudnnlibs.SUBLIBRARIES[9])
@@ -68,6 +68,6 @@ def test_a_bundle_is_refused_before_install_when_its_cudnn_would_not_load(tmp_pa
                                           r"\(CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED\): in .*: missing "
                                           r"libcudnn_adv.so.9; reinstall it: pip install --force-reinstall "
                                           r"'nvidia-cudnn-cu13>=9.12.0.46,<10'"):
-        bundle._cudnn_loads(cuda, site / "nvidia")
+        bundles._cudnn_loads(cuda, site / "nvidia")
     shared_object(site / "nvidia" / "cudnn" / "lib" / "libcudnn_adv.so.9", "libcudnn_adv.so.9")
-    assert bundle._cudnn_loads(cuda, site / "nvidia").ok
+    assert bundles._cudnn_loads(cuda, site / "nvidia").ok

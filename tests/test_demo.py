@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from caffetool.data.registry import FASHION_MNIST
-from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import NetError
 from caffetool.inference import modelfiles
+from caffetool.serving import classifier
 
 from .conftest import PROJECT
 from .processes import stop
@@ -182,8 +182,8 @@ def test_concurrent_requests_are_all_answered_correctly(server, test_images):
 def test_backends_agree(engine, trained_run, test_images):
     images, _ = test_images
     files = modelfiles.from_run(trained_run)
-    caffe_net = demo_classifier.load(engine, files, "caffe")
-    opencv_net = demo_classifier.load(engine, files, "opencv", validate=False)
+    caffe_net = classifier.load(engine, files, "caffe")
+    opencv_net = classifier.load(engine, files, "opencv", validate=False)
     from caffetool.inference import preprocess
 
     for data in images[:100]:
@@ -250,7 +250,7 @@ def test_wrong_label_count_fails_start_up(engine, trained_run, tmp_path):
     labels.write_text("a\nb\n")
     files = modelfiles.ModelFiles(trained_run / "deploy.prototxt", next((trained_run / "snapshots").glob("*.caffemodel")), labels)
     with pytest.raises(NetError, match="names 2 classes, the net outputs 10"):
-        demo_classifier.load(engine, files)
+        classifier.load(engine, files)
 
 
 def test_classify_command_and_annotations(trained_run, test_images, tmp_path):

@@ -20,11 +20,10 @@ import pytest
 import skimage.data
 import skimage.io
 
-from caffetool.demo import classifier as demo_classifier
-from caffetool.demo import grids
 from caffetool.errors import ConfigError, DataError
 from caffetool.inference import caffeio, modelfiles, preprocess
 from caffetool.nets import builders, declaration, transform
+from caffetool.serving import classifier, grids
 
 from .test_demo import free_port, start_server, stop
 
@@ -78,7 +77,7 @@ def files_of(folder, **options) -> modelfiles.ModelFiles:
 @pytest.fixture(scope="module")
 def ours(engine, colour_model):
     """Our classifier, for the centre crop and for ten crops."""
-    return {over: demo_classifier.load(engine, files_of(colour_model, image_dims=IMAGE_DIMS, oversample=over),
+    return {over: classifier.load(engine, files_of(colour_model, image_dims=IMAGE_DIMS, oversample=over),
                                        validate=False) for over in (False, True)}
 
 
@@ -113,23 +112,23 @@ def test_the_blob_and_the_predictions_equal_caffe_classifiers(colour_model, ours
     net, fed = reference
     fed.clear()
     expected = net.predict([load_image(colour_model / photo)], oversample=oversample)[0]
-    classifier = ours[oversample]
-    prepared = preprocess.prepare((colour_model / photo).read_bytes(), classifier.transform)
+    model = ours[oversample]
+    prepared = preprocess.prepare((colour_model / photo).read_bytes(), model.transform)
     assert prepared.blob.shape == ((10 if oversample else 1), 3, 227, 227)
     assert np.array_equal(prepared.blob, fed[0])  # bit for bit
-    probs = classifier.probabilities(prepared.blob)
+    probs = model.probabilities(prepared.blob)
     assert np.abs(probs - expected).max() < 1e-5
     assert expected.max() < 0.99 and np.argsort(-probs)[:3].tolist() == np.argsort(-expected)[:3].tolist()
-    result = classifier.classify((colour_model / photo).read_bytes(), top=3)
+    result = model.classify((colour_model / photo).read_bytes(), top=3)
     assert result["crops"] == prepared.blob.shape[0] and result["forward_ms"] > 0
     assert [t["index"] for t in result["top"]] == np.argsort(-expected)[:3].tolist()
 
 
 def test_the_two_photos_get_different_predictions(ours, colour_model):
     """A check on the test itself: the random net tells a cat from a cup."""
-    classifier = ours[False]
-    cat, cup = (classifier.probabilities(preprocess.prepare((colour_model / name).read_bytes(),
-                                                            classifier.transform).blob)
+    model = ours[False]
+    cat, cup = (model.probabilities(preprocess.prepare((colour_model / name).read_bytes(),
+                                                            model.transform).blob)
                 for name in ("chelsea.png", "coffee.jpg"))
     assert np.abs(cat - cup).max() > 0.01
 
@@ -148,8 +147,8 @@ def test_a_mean_file_of_the_input_size_is_subtracted_pixel_by_pixel(caffe, engin
     (tmp_path / "mean.binaryproto").write_bytes(caffe.io.array_to_blobproto(mean).SerializeToString())
     files = files_of(colour_model)
     files.mean = tmp_path / "mean.binaryproto"
-    classifier = demo_classifier.load(engine, files, validate=False)
-    assert np.array_equal(classifier.transform.mean, mean[0])
+    model = classifier.load(engine, files, validate=False)
+    assert np.array_equal(model.transform.mean, mean[0])
     data = (colour_model / "coffee.jpg").read_bytes()
     transformer = caffe.io.Transformer({"data": (1, 3, 227, 227)})
     transformer.set_transpose("data", (2, 0, 1))
@@ -158,14 +157,14 @@ def test_a_mean_file_of_the_input_size_is_subtracted_pixel_by_pixel(caffe, engin
     transformer.set_mean("data", mean[0])
     resized = caffe.io.resize_image(load_image(colour_model / "coffee.jpg"), (227, 227))
     expected = transformer.preprocess("data", resized)
-    assert np.array_equal(preprocess.prepare(data, classifier.transform).blob[0], expected)
+    assert np.array_equal(preprocess.prepare(data, model.transform).blob[0], expected)
 
 
 def test_mean_values_channel_swap_raw_and_input_scale(caffe, engine, colour_model):
     files = files_of(colour_model, mean_values=(104.0, 117.0, 123.0), channel_swap=(0, 1, 2), raw_scale=1.0,
                      image_dims=(240, 260), scale=0.017)
     files.mean = None
-    classifier = demo_classifier.load(engine, files, validate=False)
+    model = classifier.load(engine, files, validate=False)
     transformer = caffe.io.Transformer({"data": (1, 3, 227, 227)})
     transformer.set_transpose("data", (2, 0, 1))
     transformer.set_channel_swap("data", (0, 1, 2))
@@ -174,7 +173,7 @@ def test_mean_values_channel_swap_raw_and_input_scale(caffe, engine, colour_mode
     transformer.set_input_scale("data", 0.017)
     resized = caffeio.resize_image(load_image(colour_model / "chelsea.png"), (240, 260))
     expected = transformer.preprocess("data", resized[6:233, 16:243])
-    assert np.array_equal(preprocess.prepare((colour_model / "chelsea.png").read_bytes(), classifier.transform).blob[0],
+    assert np.array_equal(preprocess.prepare((colour_model / "chelsea.png").read_bytes(), model.transform).blob[0],
                           expected)
 
 
@@ -185,7 +184,7 @@ def test_mean_values_channel_swap_raw_and_input_scale(caffe, engine, colour_mode
 ])
 def test_colour_options_that_cannot_apply_are_refused(engine, colour_model, options, message):
     with pytest.raises(ConfigError, match=message):
-        demo_classifier.load(engine, files_of(colour_model, **options), validate=False)
+        classifier.load(engine, files_of(colour_model, **options), validate=False)
 
 
 def test_transparent_pixels_are_white_and_opaque_ones_unchanged():
@@ -262,7 +261,7 @@ def test_colour_flags_for_a_run_or_a_grey_net_are_refused(engine, trained_run):
     files = modelfiles.from_run(trained_run)
     files.oversample = True
     with pytest.raises(ConfigError, match=r"^only colour \(3-channel\) nets take --oversample; this net takes 1 "):
-        demo_classifier.load(engine, files, validate=False)
+        classifier.load(engine, files, validate=False)
 
 
 # visualizations, on the LeNet the test suite trains
@@ -270,7 +269,7 @@ def test_colour_flags_for_a_run_or_a_grey_net_are_refused(engine, trained_run):
 
 @pytest.fixture(scope="module")
 def lenet(engine, trained_run):
-    return demo_classifier.load(engine, modelfiles.from_run(trained_run), validate=False)
+    return classifier.load(engine, modelfiles.from_run(trained_run), validate=False)
 
 
 @pytest.fixture(scope="module")
@@ -314,15 +313,15 @@ def test_visualize_a_chosen_layer(lenet, digit_png):
 
 @pytest.mark.parametrize("layer", ["ip1", "relu1", "nonesuch"])
 def test_visualize_refuses_layers_without_a_4d_output_of_their_own(lenet, digit_png, layer):
-    with pytest.raises(demo_classifier.UnknownLayer,
+    with pytest.raises(classifier.UnknownLayer,
                        match=rf"^layer '{layer}' is not one whose output can be shown; "
                              r"choose one of: conv1, pool1, conv2, pool2$"):
         lenet.visualize(digit_png, layer)
 
 
 def test_visualize_needs_the_caffe_backend(engine, trained_run, digit_png):
-    opencv = demo_classifier.load(engine, modelfiles.from_run(trained_run), "opencv", validate=False)
-    with pytest.raises(demo_classifier.NoVisualizations, match=r"^visualizations need the caffe backend"):
+    opencv = classifier.load(engine, modelfiles.from_run(trained_run), "opencv", validate=False)
+    with pytest.raises(classifier.NoVisualizations, match=r"^visualizations need the caffe backend"):
         opencv.visualize(digit_png, None)
 
 
@@ -336,7 +335,7 @@ def test_colour_filters_are_colour_tiles(ours, colour_model):
 
 
 def test_the_opencv_backend_agrees_on_ten_crops(engine, colour_model, ours):
-    opencv = demo_classifier.load(engine, files_of(colour_model, image_dims=IMAGE_DIMS, oversample=True), "opencv",
+    opencv = classifier.load(engine, files_of(colour_model, image_dims=IMAGE_DIMS, oversample=True), "opencv",
                                   validate=False)
     blob = preprocess.prepare((colour_model / "coffee.jpg").read_bytes(), opencv.transform).blob
     assert np.abs(opencv.probabilities(blob) - ours[True].probabilities(blob)).max() < 1e-4
@@ -371,7 +370,7 @@ def test_a_crop_run_resizes_to_its_training_images_and_takes_its_mean(caffe, eng
     (tmp_path / "train_val.prototxt").write_text(str(net))
     files = files_of(colour_model, run=tmp_path, train_size=(256, 256))
     files.mean = None
-    t = demo_classifier.load(engine, files, validate=False).transform
+    t = classifier.load(engine, files, validate=False).transform
     assert t.colour.image_dims == (256, 256) and t.mean.tolist() == [104.0, 117.0, 123.0] and t.scale == 1.0
     files.train_size = (227, 227)  # images of the crop's size: resized to the input's
-    assert demo_classifier.load(engine, files, validate=False).transform.colour.image_dims == (227, 227)
+    assert classifier.load(engine, files, validate=False).transform.colour.image_dims == (227, 227)

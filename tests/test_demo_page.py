@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from caffetool.data import datum, db
-from caffetool.demo import examples, multipart, runview
+from caffetool.demo import multipart
+from caffetool.runpage import examples, runview
 
 from .conftest import PROJECT
 from .test_demo import free_port, start_server, stop

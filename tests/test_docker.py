@@ -23,7 +23,7 @@ from invoke import Config, MockContext, Result
 from caffetool import dockerimg
 from caffetool.engine import cudaarch, cudnnlibs
 from caffetool.errors import ConfigError
-from caffetool.tasks import docker as docker_tasks
+from caffetool.tasks import docker
 from caffetool.tasks.settings import TASK_DEFAULTS
 
 from .conftest import PROJECT
@@ -86,7 +86,7 @@ def env_of(c: MockContext, verb: str) -> dict:
 
 def test_gpu_build_command(tmp_path, engine, capsys):
     c = context(buildx=True)
-    docker_tasks.build(c, variant="gpu", cuda="12.4.1", ubuntu="22.04")
+    docker.build(c, variant="gpu", cuda="12.4.1", ubuntu="22.04")
     (argv,) = sent(c)
     assert argv == [
         "docker", "build", "--file", str(PROJECT / "docker" / "Dockerfile"),
@@ -106,12 +106,12 @@ def test_gpu_build_command(tmp_path, engine, capsys):
 
 @pytest.mark.slow  # bundles the installed engine (about 40 s on 2 cores)
 def test_cpu_build_from_a_bundle_with_the_legacy_builder_network_tag_and_push(engine, capsys):
-    from caffetool.engine import bundle
+    from caffetool.engine import bundles
 
     c = context(runtimes='{"runc":{}}')  # a CPU image needs no nvidia runtime
-    docker_tasks.build(c, variant="cpu", tag="me/caffetool:cpu", push=True, network="host")
+    docker.build(c, variant="cpu", tag="me/caffetool:cpu", push=True, network="host")
     build, push = sent(c)
-    assert build[:5] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundle.Dockerfile"),
+    assert build[:5] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundles.Dockerfile"),
                          "--build-arg"]
     assert build[5:8] == ["BASE_IMAGE=debian:12", "--network", "host"]
     assert build[-6:] == ["org.caffetool.variant=cpu", "--label", "org.caffetool.base=debian", "--tag",
@@ -120,7 +120,7 @@ def test_cpu_build_from_a_bundle_with_the_legacy_builder_network_tag_and_push(en
     assert push == ["docker", "push", "me/caffetool:cpu"]
     assert env_of(c, "build") == {"DOCKER_BUILDKIT": "0"}
     staged = PROJECT / dockerimg.STAGE / "engine" / dockerimg.BUNDLE_NAME
-    assert bundle.read_manifest(staged)["engine"]["version"]
+    assert bundles.read_manifest(staged)["engine"]["version"]
     assert "with the legacy builder" in capsys.readouterr().out
 
 
@@ -139,7 +139,7 @@ def test_local_certificate_authorities_are_staged_and_stale_ones_dropped(tmp_pat
 
 def test_train_runs_as_the_user_with_gpus_and_mounts(tmp_path):
     c = context()
-    docker_tasks.train(c, args="--gpu all --max-iter 500", data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
+    docker.train(c, args="--gpu all --max-iter 500", data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
     (argv,) = sent(c)
     assert argv == ["docker", "run", "--rm", "--init", "--user", f"{os.getuid()}:{os.getgid()}", "--env", "HOME=/tmp",
                     "--volume", f"{tmp_path / 'd'}:/opt/caffetool/data", "--volume", f"{tmp_path / 'r'}:/opt/caffetool/runs",
@@ -160,21 +160,21 @@ def test_train_refuses_a_card_the_image_has_no_kernels_for(tmp_path, monkeypatch
             "Error: GPU 0 (Tesla P100-PCIE-16GB, compute capability 6.0) cannot run the image "
             "caffetool:gpu-cuda12.4.1-ubuntu22.04: it carries code for sm_70, sm_75, sm_90, PTX 9.0; rebuild it with "
             "`caffetool docker.build --variant gpu --cuda 12.8.1` (or --base pypi from an engine built for it)")):
-        docker_tasks.train.body(c, data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
+        docker.train.body(c, data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
     assert sent(c) == [] and not (tmp_path / "d").exists()
 
 
 def test_train_notes_a_card_that_runs_only_through_ptx(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cudaarch, "nvml_cards", lambda: [("NVIDIA GeForce RTX 5090", (12, 0))])
     c = context(answers_for={r"docker image inspect .*": labelled('{"sm":["70","90"],"ptx":["90"]}')})
-    docker_tasks.train(c, data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
+    docker.train(c, data_dir=str(tmp_path / "d"), runs_dir=str(tmp_path / "r"))
     assert len(sent(c)) == 1
     assert "note: GPU 0 (NVIDIA GeForce RTX 5090, compute capability 12.0) runs the image" in capsys.readouterr().out
 
 
 def test_demo_publishes_on_loopback_only(tmp_path):
     c = context(runtimes='{"runc":{}}')
-    docker_tasks.demo(c, variant="cpu", run="full-default", port=8080, data_dir=str(tmp_path), runs_dir=str(tmp_path))
+    docker.demo(c, variant="cpu", run="full-default", port=8080, data_dir=str(tmp_path), runs_dir=str(tmp_path))
     (argv,) = sent(c)
     assert argv[argv.index("--publish") + 1] == "127.0.0.1:8080:8000"
     assert "--gpus" not in argv
@@ -184,7 +184,7 @@ def test_demo_publishes_on_loopback_only(tmp_path):
 
 def test_demo_on_the_host_network_listens_on_loopback_itself(tmp_path):
     c = context(runtimes='{"runc":{}}')
-    docker_tasks.demo(c, variant="cpu", port="8080", network="host", data_dir=str(tmp_path), runs_dir=str(tmp_path))
+    docker.demo(c, variant="cpu", port="8080", network="host", data_dir=str(tmp_path), runs_dir=str(tmp_path))
     (argv,) = sent(c)
     assert "--publish" not in argv and argv[argv.index("--network") + 1] == "host"
     assert argv[-6:] == ["caffetool:cpu-debian12", "demo.serve", "--host", "127.0.0.1", "--port", "8080"]
@@ -198,7 +198,7 @@ def test_demo_on_the_host_network_listens_on_loopback_itself(tmp_path):
 def test_missing_docker_pieces_are_explained_before_anything_runs(tmp_path, ctx, message):
     c = context(**ctx)
     with pytest.raises(Exception, match=message):
-        docker_tasks.train.body(c, data_dir=str(tmp_path), runs_dir=str(tmp_path))
+        docker.train.body(c, data_dir=str(tmp_path), runs_dir=str(tmp_path))
     assert sent(c) == []
 
 
@@ -215,7 +215,7 @@ def test_gpu_image_from_pypi_builds_from_a_bundle_on_debian():
     img = dockerimg.image("gpu", base="pypi")
     assert (img.tag, img.bundled, img.gpu) == ("caffetool:gpu-pypi-debian12", True, True)
     argv = dockerimg.build_argv(img, PROJECT, network="host")
-    assert argv[:4] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundle.Dockerfile")]
+    assert argv[:4] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundles.Dockerfile")]
     assert argv[4:10] == ["--build-arg", "BASE_IMAGE=debian:12", "--build-arg", "NVIDIA_VISIBLE_DEVICES=all",
                           "--network", "host"]
     assert argv[-6:] == ["org.caffetool.variant=gpu", "--label", "org.caffetool.base=pypi",
@@ -229,7 +229,7 @@ def test_gpu_image_from_pypi_refuses_a_cpu_engine_before_bundling(engine, capsys
     c = context(runtimes='{"runc":{}}')
     with pytest.raises(Exception, match=r"is CPU-only, and the gpu image from PyPI needs a CUDA one: build it "
                                         r"with `caffetool engine.compile-check`"):
-        docker_tasks.build.body(c, variant="gpu", base="pypi", prefix=str(engine.prefix))
+        docker.build.body(c, variant="gpu", base="pypi", prefix=str(engine.prefix))
     assert sent(c) == [] and "staged" not in capsys.readouterr().out
 
 
@@ -257,7 +257,7 @@ def _checked(ldd: Result, version: Result) -> MockContext:
 
 def test_check_resolves_the_engine_inside_the_image_without_a_gpu(capsys):
     c = _checked(Result(LDD_GPU), Result("caffe version 1.0.0\n"))
-    docker_tasks.check(c, variant="gpu", base="pypi")
+    docker.check(c, variant="gpu", base="pypi")
     ldd, version = sent(c)
     assert ldd == ["docker", "run", "--rm", "--network", "none", "--entrypoint", "ldd", "caffetool:gpu-pypi-debian12",
                    "/opt/caffe/bin/caffe", "/opt/caffe/lib/libcaffe.so"]
@@ -284,7 +284,7 @@ def test_check_lists_every_cudnn_sub_library_inside_the_image(capsys):
                                                      r"docker run .* --entrypoint sh .*": cudnn_listing(*ALL_CUDNN),
                                                      r"docker run .* --entrypoint /opt/caffe/bin/caffe .*":
                                                          Result("caffe version 1.0.0\n")})
-    docker_tasks.check(c, variant="gpu", base="pypi")
+    docker.check(c, variant="gpu", base="pypi")
     _, listing, _ = sent(c)
     assert listing[listing.index("--entrypoint") + 1] == "sh" and listing[-1].endswith("nvidia/cudnn/lib")
     assert ("cuDNN 8 libraries in /opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib, every sub-library present "
@@ -300,7 +300,7 @@ def test_check_refuses_an_image_whose_cudnn_would_fail_on_a_gpu(listing, message
                                                      r"docker run .* --entrypoint sh .*": listing})
     with pytest.raises(Exception, match=r"cuDNN 9 would fail at its first convolution on a GPU "
                                          r"\(CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED\): in .*" + re.escape(message)):
-        docker_tasks.check.body(c, variant="gpu", base="pypi")
+        docker.check.body(c, variant="gpu", base="pypi")
 
 
 @pytest.mark.parametrize("ldd,version,message", [
@@ -311,4 +311,4 @@ def test_check_refuses_an_image_whose_cudnn_would_fail_on_a_gpu(listing, message
 ])
 def test_check_names_what_is_broken(ldd, version, message):
     with pytest.raises(Exception, match=re.escape(message)):
-        docker_tasks.check.body(_checked(ldd, version), variant="gpu", base="pypi")
+        docker.check.body(_checked(ldd, version), variant="gpu", base="pypi")

@@ -24,7 +24,7 @@ import pytest
 from invoke import Config, Context
 
 from caffetool import apt, dockerimg
-from caffetool.tasks import docker as docker_tasks
+from caffetool.tasks import docker
 from caffetool.tasks.settings import TASK_DEFAULTS
 
 from .processes import stop
@@ -101,7 +101,7 @@ def image(daemon) -> str:
     with pytest.MonkeyPatch.context() as patch:
         for name in ("DOCKER_HOST", "PATH"):
             patch.setenv(name, daemon[name])
-        docker_tasks.build(_context(), variant="cpu", network="host")
+        docker.build(_context(), variant="cpu", network="host")
     return dockerimg.image("cpu").tag
 
 
@@ -124,7 +124,7 @@ def test_cpu_image_trains_with_host_folders_and_serves_the_demo(image, docker_en
     assert dockerimg.recipe_label().replace('"', '\\"') in labels and '"org.caffetool.variant":"cpu"' in labels
 
     c = _context()
-    docker_tasks.train(c, variant="cpu", network="none", data_dir=str(data), runs_dir=str(runs),
+    docker.train(c, variant="cpu", network="none", data_dir=str(data), runs_dir=str(runs),
                        args=f"--dataset fashion-mnist --gpu cpu --name {RUN} --max-iter 100 --test-interval 100")
     run_dir = runs / RUN
     written = [p for p in run_dir.rglob("*")]
@@ -173,9 +173,9 @@ def test_gpu_image_from_pypi_links_its_engine(docker_env, capsys):
 
     if not (check_prefix() / MANIFEST).is_file():
         pytest.skip("no CUDA engine at engine.compile-check's prefix (its build takes 10 minutes on 2 cores)")
-    docker_tasks.build(_context(), variant="gpu", base="pypi", network="host")
+    docker.build(_context(), variant="gpu", base="pypi", network="host")
     capsys.readouterr()
-    docker_tasks.check(_context(), variant="gpu", base="pypi")
+    docker.check(_context(), variant="gpu", base="pypi")
     out = capsys.readouterr().out
     assert "caffetool:gpu-pypi-debian12: bin/caffe and lib/libcaffe.so resolve all" in out
     assert "caffe --version: caffe version 1.0.0" in out

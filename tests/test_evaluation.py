@@ -16,13 +16,13 @@ import pytest
 
 from caffetool.data import datum, db
 from caffetool.data.registry import FASHION_MNIST
-from caffetool.demo import classifier as demo_classifier
 from caffetool.errors import DataError, NetError, RunError
-from caffetool.evaluation import confusion_figures, evaluator, labelled, metrics, writeup
+from caffetool.evaluation import confusion_figures, evaluator, metrics, scoring, writeup
 from caffetool.fsio import staging_folders
 from caffetool.inference import modelfiles, records
 from caffetool.nets import prototxt
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
+from caffetool.serving import classifier
 from caffetool.train import caffe_commands, session
 from tests.caffe_root import lay_out
 from tests.conftest import PROJECT
@@ -241,20 +241,20 @@ def test_a_list_file_labels_images_as_convert_imageset_reads_it(engine, run_copy
     folder, labels = class_folders
     listing = tmp_path / "list.txt"
     listing.write_text("".join(f"{folder}/{label}/{i:03d}.png {label}\n" for i, label in enumerate(labels[:20])))
-    classifier = demo_classifier.load(engine, modelfiles.from_run(run_copy))
-    items = labelled.from_list(listing, 10)
+    model = classifier.load(engine, modelfiles.from_run(run_copy))
+    items = scoring.from_list(listing, 10)
     assert [i.label for i in items] == labels[:20]
-    outcome = labelled.evaluate(classifier, items, 5, tmp_path / "out", str(listing))
+    outcome = scoring.evaluate(model, items, 5, tmp_path / "out", str(listing))
     assert outcome.summary["count"] == 20 and outcome.matrix.sum() == 20 and not outcome.failures
     assert outcome.summary["top1"] == np.trace(outcome.matrix) / 20
-    default = labelled.default_folder(run_copy)
+    default = scoring.default_folder(run_copy)
     assert default.parent == run_copy / "eval" and default.name.startswith("classify-")
     listing.write_text(f"{folder}/0/000.png 12\n")
     with pytest.raises(DataError, match=r"list.txt:1: label 12 is not a class of the model \(0 to 9\)"):
-        labelled.from_list(listing, 10)
+        scoring.from_list(listing, 10)
     (tmp_path / "odd" / "Jacket").mkdir(parents=True)
     with pytest.raises(DataError, match=r"sub-folder\(s\) 'Jacket' name no class of the model"):
-        labelled.from_folder(tmp_path / "odd", classifier.labels)
+        scoring.from_folder(tmp_path / "odd", model.labels)
 
 
 def colour_database(folder: Path, images: np.ndarray, encoded: bool) -> Path:

@@ -18,11 +18,11 @@ import pytest
 
 from caffetool.checksum import sha256_file
 from caffetool.data import db
-from caffetool.demo import classifier as demo_classifier
 from caffetool.engine import locate
 from caffetool.errors import ExportError
 from caffetool.export import exporter
 from caffetool.inference import modelfiles, records
+from caffetool.serving import classifier
 
 from .processes import stop
 from .test_demo import free_port, start_server, test_images  # noqa: F401 - test_images is a fixture
@@ -189,7 +189,7 @@ def test_evaluate_and_the_demo_on_onnxruntime_answer_as_caffe(exported, tmp_path
     child = start_server(["--run", str(run), "--backend", "onnxruntime"], port)
     try:
         assert child.poll() is None, child.stderr.read()
-        caffe_side = demo_classifier.load(locate(), modelfiles.from_run(run), "caffe")
+        caffe_side = classifier.load(locate(), modelfiles.from_run(run), "caffe")
         for data in images[:50]:
             answer = httpx.post(f"http://127.0.0.1:{port}/api/classify", content=data, timeout=30).json()
             expected = caffe_side.classify(data)["top"]

@@ -18,9 +18,9 @@ import onnx
 import pytest
 from google.protobuf import text_format
 
-from caffetool.demo.classifier import ModelFiles
 from caffetool.errors import ExportError
 from caffetool.export import exporter
+from caffetool.serving.classifier import ModelFiles
 
 TOLERANCE = 1e-4  # the export's own, per layer, relative to the blob's scale
 RTOL = 1e-5  # the test's check of the written model, also relative to the output's scale

@@ -11,7 +11,7 @@ import sys
 
 from caffetool.engine.locate import caffe_env
 from caffetool.nets import testnets
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
 from caffetool.runs import final_figures
 from caffetool.runs.logparse import parse_file
 from caffetool.train import caffe_commands, final_test, session

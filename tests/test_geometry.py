@@ -2,7 +2,7 @@
 
 Each case is one layer on Input blobs, built by pycaffe in ``tmp_path``. Its top's shape, as the
 engine gives it, must be the table's, geometry's, the memory estimate's (its own graph, as
-:mod:`caffetool.memory.graph` builds it) and, for the layers the export converts, the exported ONNX
+:mod:`caffetool.memory.netgraph` builds it) and, for the layers the export converts, the exported ONNX
 model's when onnxruntime runs it — whose values must also be Caffe's.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from google.protobuf import text_format
 
 from caffetool.errors import NetError
-from caffetool.export import convert, exporter
-from caffetool.memory import graph
+from caffetool.export import exporter, onnxnet
+from caffetool.memory import netgraph
 from caffetool.nets import geometry
 
 FILLER = 'weight_filler { type: "gaussian" std: 1 } bias_filler { type: "gaussian" std: 1 }'
@@ -123,7 +123,7 @@ def exported_top(net_param: Any, net: Any, feeds: dict[str, np.ndarray]) -> np.n
     """The exported model's top, as onnxruntime computes it for ``feeds``."""
     import onnxruntime
 
-    model = convert.convert(net_param, net, exporter.DEFAULT_OPSET, None, "geometry").model
+    model = onnxnet.convert(net_param, net, exporter.DEFAULT_OPSET, None, "geometry").model
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(["top"], feeds)[0]
 
@@ -143,7 +143,7 @@ def test_every_copy_of_a_size_is_the_engines(caffe, tmp_path, case):
 
     net_param = text_format.Parse(prototxt(case), caffe.proto.caffe_pb2.NetParameter())
     assert geometry_top(net_param.layer[-1], list(case.inputs.values())) == engine
-    shapes = graph.build(net_param, "train", None, None).shapes
+    shapes = netgraph.build(net_param, "train", None, None).shapes
     assert {blob.split("@")[0]: shape for blob, shape in shapes.items()}["top"] == engine
 
     if case.type in EXPORTED:

@@ -52,7 +52,7 @@ def test_without_a_driver_the_error_says_what_is_missing():
 
 def test_sampler_keeps_the_peak():
     gpu = StandInNvml([100, 300, 900, 400, 200])
-    sampler = gpumeasure.Sampler(gpu, 0, period=0.001)
+    sampler = gpumeasure.MemorySampler(gpu, 0, period=0.001)
     sampler.start()
     while gpu.reads < 5:
         time.sleep(0.001)
@@ -67,7 +67,7 @@ def test_a_busy_gpu_is_refused():
 
 def test_a_gpu_nvml_cannot_open_is_named():
     with pytest.raises(ConfigError, match=r"--gpu 3: NVML cannot open that GPU \(Invalid Argument\)"):
-        gpumeasure.Sampler(StandInNvml([0]), 3)
+        gpumeasure.MemorySampler(StandInNvml([0]), 3)
 
 
 def test_caffe_failing_on_the_gpu_gives_its_fatal_line(engine, tmp_path):

@@ -48,24 +48,24 @@ def convert_imageset(engine, root, listing, out, *flags):
     return out
 
 
-def build(root, out, options=imageset.Options(), **kw):
+def build(root, out, options=imageset.ImagesetFlags(), **kw):
     said = []
     result = imageset.build(root, out, options, say=said.append, **kw)
     return result, said
 
 
 MODES = {
-    "plain": (imageset.Options(mixed_sizes=True), []),
-    "resized": (imageset.Options(resize_height=16, resize_width=12), ["--resize_height=16", "--resize_width=12"]),
-    "gray": (imageset.Options(gray=True, mixed_sizes=True), ["--gray"]),
-    "gray-resized": (imageset.Options(gray=True, resize_height=9, resize_width=31),
+    "plain": (imageset.ImagesetFlags(mixed_sizes=True), []),
+    "resized": (imageset.ImagesetFlags(resize_height=16, resize_width=12), ["--resize_height=16", "--resize_width=12"]),
+    "gray": (imageset.ImagesetFlags(gray=True, mixed_sizes=True), ["--gray"]),
+    "gray-resized": (imageset.ImagesetFlags(gray=True, resize_height=9, resize_width=31),
                      ["--gray", "--resize_height=9", "--resize_width=31"]),
-    "encoded": (imageset.Options(encoded=True, mixed_sizes=True), ["--encoded"]),
-    "encoded-png": (imageset.Options(encoded=True, encode_type="png", mixed_sizes=True),
+    "encoded": (imageset.ImagesetFlags(encoded=True, mixed_sizes=True), ["--encoded"]),
+    "encoded-png": (imageset.ImagesetFlags(encoded=True, encode_type="png", mixed_sizes=True),
                     ["--encoded", "--encode_type=png"]),
-    "encoded-jpg-resized": (imageset.Options(encode_type="JPG", resize_height=16, resize_width=12),
+    "encoded-jpg-resized": (imageset.ImagesetFlags(encode_type="JPG", resize_height=16, resize_width=12),
                             ["--encoded", "--encode_type=jpg", "--resize_height=16", "--resize_width=12"]),
-    "encoded-gray": (imageset.Options(encoded=True, gray=True, mixed_sizes=True), ["--encoded", "--gray"]),
+    "encoded-gray": (imageset.ImagesetFlags(encoded=True, gray=True, mixed_sizes=True), ["--encoded", "--gray"]),
 }
 
 
@@ -83,7 +83,7 @@ def test_records_equal_convert_imageset(engine, tree, tmp_path, mode):
 
 
 def test_leveldb_records_equal_convert_imageset(engine, tree, tmp_path):
-    build(tree, tmp_path / "ds", imageset.Options(backend="LevelDB", resize_height=10, resize_width=10))
+    build(tree, tmp_path / "ds", imageset.ImagesetFlags(backend="LevelDB", resize_height=10, resize_width=10))
     ref = convert_imageset(engine, tree, tmp_path / "ds" / "train.txt", tmp_path / "ref", "--backend=leveldb",
                            "--resize_height=10", "--resize_width=10")
     assert list(db.read(tmp_path / "ds" / "train_leveldb")) == list(db.read(ref))
@@ -92,7 +92,7 @@ def test_leveldb_records_equal_convert_imageset(engine, tree, tmp_path):
 
 
 def test_folder_layout_labels_and_manifest_name_the_skipped_files(tree, tmp_path):
-    result, _ = build(tree, tmp_path / "ds", imageset.Options(mixed_sizes=True))
+    result, _ = build(tree, tmp_path / "ds", imageset.ImagesetFlags(mixed_sizes=True))
     out = tmp_path / "ds"
     assert (out / "labels.txt").read_text() == "cat\ndog\nzebra\n"
     assert (out / "train.txt").read_text().splitlines()[:6] == [
@@ -117,7 +117,7 @@ def test_strict_refuses_the_corrupt_file_and_leaves_nothing(tree, tmp_path):
 def test_list_file_with_spaces_in_paths_and_its_own_labels(engine, tree, tmp_path):
     listing = tmp_path / "list.txt"
     listing.write_text("zebra/im 1.png 7\n\ncat/im 2.jpg 3\ndog/missing.png 1\n")
-    result, said = build(tree, tmp_path / "ds", imageset.Options(resize_height=5, resize_width=6), list_file=listing)
+    result, said = build(tree, tmp_path / "ds", imageset.ImagesetFlags(resize_height=5, resize_width=6), list_file=listing)
     assert said == [f"skipped {tree}/dog/missing.png: not found"]
     ours = lmdb_records(tmp_path / "ds" / "train_lmdb")
     assert (tmp_path / "ds" / "train.txt").read_text() == "zebra/im 1.png 7\ncat/im 2.jpg 3\ndog/missing.png 1\n"
@@ -129,7 +129,7 @@ def test_list_file_with_spaces_in_paths_and_its_own_labels(engine, tree, tmp_pat
 
 
 def test_shuffled_split_is_reproducible_and_equal_to_convert_imageset(engine, tree, tmp_path):
-    options = imageset.Options(resize_height=8, resize_width=8)
+    options = imageset.ImagesetFlags(resize_height=8, resize_width=8)
     first, _ = build(tree, tmp_path / "one", options, shuffle=True, seed=5, val_fraction=0.25)
     build(tree, tmp_path / "two", options, shuffle=True, seed=5, val_fraction=0.25)
     build(tree, tmp_path / "other", options, shuffle=True, seed=6, val_fraction=0.25)
@@ -178,9 +178,9 @@ def test_encode_matches_protobuf(caffe):
 
 def test_options_are_checked():
     with pytest.raises(ConfigError, match="^--resize-height and --resize-width go together; give both or neither$"):
-        imageset.Options(resize_height=4)
+        imageset.ImagesetFlags(resize_height=4)
     with pytest.raises(ConfigError, match="--encode-type"):
-        imageset.Options(encode_type="gif")
+        imageset.ImagesetFlags(encode_type="gif")
 
 
 def error_of(*args):
@@ -238,7 +238,7 @@ def test_a_full_disk_leaves_nothing_half_written(tree, tmp_path):
 
     with small_disk(tmp_path / "disk", "256k") as disk:
         with pytest.raises(DataError) as err:
-            build(tree, disk / "ds", imageset.Options(resize_height=200, resize_width=200))
+            build(tree, disk / "ds", imageset.ImagesetFlags(resize_height=200, resize_width=200))
         assert str(err.value).startswith(f"could not write {disk}/.ds.staging-")
         assert str(err.value).endswith("/built/train_lmdb: mdb_txn_commit: Input/output error "
                                        "(0.0 MB left on its file system)")
@@ -339,7 +339,7 @@ def test_a_truncated_jpeg_is_stored_as_caffe_stores_it_and_named(engine, two_cla
     noise = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
     whole = cv2.imencode(".jpg", noise)[1].tobytes()
     (two_classes / "b" / "cut.jpg").write_bytes(whole[: len(whole) * 4 // 5])
-    result, said = build(two_classes, tmp_path / "ds", imageset.Options(mixed_sizes=True))
+    result, said = build(two_classes, tmp_path / "ds", imageset.ImagesetFlags(mixed_sizes=True))
     assert said == [f"stored {two_classes}/b/cut.jpg: a truncated JPEG (no end marker): OpenCV decodes its missing "
                     "end as gray"]
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
@@ -347,7 +347,7 @@ def test_a_truncated_jpeg_is_stored_as_caffe_stores_it_and_named(engine, two_cla
     theirs = lmdb_records(convert_imageset(engine, two_classes, tmp_path / "ds" / "train.txt", tmp_path / "ref"))
     assert lmdb_records(tmp_path / "ds" / "train_lmdb") == theirs and result.splits["train"].count == 7
     with pytest.raises(DataError, match=r"cut.jpg: a truncated JPEG .* leave out --strict to store it\)$"):
-        build(two_classes, tmp_path / "strict", imageset.Options(mixed_sizes=True), strict=True)
+        build(two_classes, tmp_path / "strict", imageset.ImagesetFlags(mixed_sizes=True), strict=True)
 
 
 def test_what_is_no_image_file_is_named_not_passed_over_in_silence(two_classes, tmp_path):

@@ -48,7 +48,7 @@ def photos(tmp_path_factory) -> Path:
 def data_dir(photos, tmp_path_factory) -> Path:
     """A data directory holding ``shapes``, made by data.images with a fifth of the images held out."""
     folder = tmp_path_factory.mktemp("data")
-    imageset.build(photos, folder / "shapes", imageset.Options(gray=True), shuffle=True, seed=3, val_fraction=0.2,
+    imageset.build(photos, folder / "shapes", imageset.ImagesetFlags(gray=True), shuffle=True, seed=3, val_fraction=0.2,
                  say=lambda _: None)
     return folder
 
@@ -79,7 +79,7 @@ def test_a_folder_without_a_manifest_names_the_fix(tmp_path):
 
 
 def test_a_set_without_a_test_split_is_refused_for_training(photos, tmp_path):
-    imageset.build(photos, tmp_path / "all", imageset.Options(gray=True), say=lambda _: None)
+    imageset.build(photos, tmp_path / "all", imageset.ImagesetFlags(gray=True), say=lambda _: None)
     with pytest.raises(DataError, match="has no test split, which training and its test nets need; rebuild it with "
                                         "a --val-fraction"):
         lookup.find("all", tmp_path)
@@ -92,7 +92,7 @@ def test_images_of_several_sizes_are_refused_with_the_resize_fix(tmp_path):
         for i in range(3):
             cv2.imwrite(str(root / name / f"{i}.png"), np.full((20 + k, 20), 9, np.uint8))
     # kept as they are (--mixed-sizes): a net whose data layer does not crop them cannot batch them
-    imageset.build(root, tmp_path / "data/mixed", imageset.Options(gray=True, mixed_sizes=True), val_fraction=0.5,
+    imageset.build(root, tmp_path / "data/mixed", imageset.ImagesetFlags(gray=True, mixed_sizes=True), val_fraction=0.5,
                    say=lambda _: None)
     with pytest.raises(DataError, match=r"are not all the same size; rebuild it with `caffetool data.images \.\.\. "
                                         r"--resize-height H --resize-width W --force`"):

@@ -14,9 +14,7 @@ import pytest
 from google.protobuf import text_format
 
 from caffetool.errors import ConfigError
-from caffetool.memory import estimate as est
-from caffetool.memory import fit as fitting
-from caffetool.memory import measure, netsource, table
+from caffetool.memory import estimator, fitting, measuring, netsource, table
 
 from .test_nets import expected_params
 from .test_tasks_engine import invoke
@@ -26,7 +24,7 @@ def parse(caffe, text):
     return text_format.Parse(text, caffe.proto.caffe_pb2.NetParameter())
 
 
-def rules_total(e: est.Estimate) -> int:
+def rules_total(e: estimator.Estimate) -> int:
     """Bytes by Caffe's rules, without malloc's rounding (which depends on every size)."""
     return sum(e.groups.values())
 
@@ -46,8 +44,8 @@ def small(caffe, k=3, pad=1, relu_top="ip1", extra=""):
 
 
 def test_in_place_relu_saves_exactly_one_blob(caffe):
-    inplace = est.estimate(small(caffe), est.Options(test_net=False))
-    separate = est.estimate(small(caffe, relu_top="relu"), est.Options(test_net=False))
+    inplace = estimator.estimate(small(caffe), estimator.Options(test_net=False))
+    separate = estimator.estimate(small(caffe, relu_top="relu"), estimator.Options(test_net=False))
     blob = 8 * 6 * 4
     assert rules_total(separate) - rules_total(inplace) == 2 * blob  # the ReLU's own data and gradient
 
@@ -55,7 +53,7 @@ def test_in_place_relu_saves_exactly_one_blob(caffe):
 def test_a_blob_feeding_two_layers_gets_a_split_with_its_own_gradients(caffe):
     extra = ('layer { name: "ip3" type: "InnerProduct" bottom: "ip1" top: "ip3" inner_product_param { num_output: 5 } }\n'
              'layer { name: "loss2" type: "SoftmaxWithLoss" bottom: "ip3" bottom: "label" top: "loss2" }')
-    e = est.estimate(small(caffe, extra=extra), est.Options(test_net=False))
+    e = estimator.estimate(small(caffe, extra=extra), estimator.Options(test_net=False))
     splits = {r.layer: r for r in e.rows if r.type == "Split"}
     ip1 = splits["ip1_relu_0_split"]  # Caffe's name: blob, the layer that last wrote it, top index
     assert ip1.data_bytes == 0 and ip1.diff_bytes == 2 * 8 * 6 * 4  # shared data, one gradient per reader
@@ -65,9 +63,9 @@ def test_a_blob_feeding_two_layers_gets_a_split_with_its_own_gradients(caffe):
 @pytest.mark.parametrize("tuned", [False, True])
 def test_1x1_convolution_needs_no_im2col(caffe, tuned):
     """BVLC's engine keeps one image's columns; the OpenMP engine a chunk of images' columns and outputs."""
-    options = est.Options(test_net=False, tuned=tuned)
-    three = est.estimate(small(caffe, k=3, pad=1), options)
-    one = est.estimate(small(caffe, k=1, pad=0), options)
+    options = estimator.Options(test_net=False, tuned=tuned)
+    three = estimator.estimate(small(caffe, k=3, pad=1), options)
+    one = estimator.estimate(small(caffe, k=1, pad=0), options)
     conv3 = next(r for r in three.rows if r.layer == "conv")
     conv1 = next(r for r in one.rows if r.layer == "conv")
     bias_multiplier = 10 * 10 * 4
@@ -85,15 +83,15 @@ def test_1x1_convolution_needs_no_im2col(caffe, tuned):
     ("gpu", "Adam", 2)])
 def test_solver_state_per_parameter(caffe, mode, solver, copies):
     net = small(caffe)
-    base = est.estimate(net, est.Options(solver="SGD", mode=mode))
-    other = est.estimate(net, est.Options(solver=solver, mode=mode))
+    base = estimator.estimate(net, estimator.Options(solver="SGD", mode=mode))
+    other = estimator.estimate(net, estimator.Options(solver=solver, mode=mode))
     param_bytes = sum(r.param_bytes for r in base.rows)
     assert sum(r.history_bytes for r in other.rows) == copies * param_bytes
     assert rules_total(other) - rules_total(base) == (copies - 1) * param_bytes
 
 
 def test_inference_has_no_gradients_or_history(caffe):
-    e = est.estimate(small(caffe), est.Options(phase="test"))
+    e = estimator.estimate(small(caffe), estimator.Options(phase="test"))
     assert e.groups["gradient maps"] == 1 * 4  # only the loss's own weight
     assert all(r.grad_bytes == 0 and r.history_bytes == 0 for r in e.rows)
 
@@ -118,7 +116,7 @@ def expected_macc(name: str) -> int:
 @pytest.mark.parametrize("name", ["lenet", "caffenet", "vgg16"])
 def test_parameters_and_maccs_match_the_layer_definitions(caffe, name):
     source = netsource.load(caffe, name, None, None, None, batch=1, test_batch=1)
-    e = est.estimate(source.net, est.Options(input_shape=source.input_shape))
+    e = estimator.estimate(source.net, estimator.Options(input_shape=source.input_shape))
     assert e.params == (431_080 if name == "lenet" else expected_params(name))
     learned = sum(r.macc for r in e.rows if r.type in ("Convolution", "InnerProduct"))
     assert learned == expected_macc(name)
@@ -126,8 +124,8 @@ def test_parameters_and_maccs_match_the_layer_definitions(caffe, name):
 
 def test_estimate_matches_what_caffe_allocates_for_lenet(caffe, engine):
     source = netsource.load(caffe, "lenet", None, None, None, batch=64)
-    e = est.estimate(source.net, est.Options(input_shape=source.input_shape))
-    got = measure.measure(engine, caffe, source.net, "SGD", source.input_shape, 10)
+    e = estimator.estimate(source.net, estimator.Options(input_shape=source.input_shape))
+    got = measuring.measure(engine, caffe, source.net, "SGD", source.input_shape, 10)
     assert abs(e.total - got["allocated"]) / got["allocated"] <= 0.02
 
 
@@ -137,10 +135,10 @@ def test_per_sample_and_fixed_parts_add_up(caffe, mode, tuned):
     growing at 8 MiB a thread, so there the line is an upper bound; on a GPU the line leaves out CUDA's
     2 MiB pages, a step function of the batch."""
     source = netsource.load(caffe, "lenet", None, None, None, batch=64)
-    options = est.Options(input_shape=source.input_shape, mode=mode, tuned=tuned)
-    fixed, per = est.per_sample(source.net, options)
+    options = estimator.Options(input_shape=source.input_shape, mode=mode, tuned=tuned)
+    fixed, per = estimator.per_sample(source.net, options)
     for batch in (10, 100):
-        e = est.estimate(source.net, replace(options, batch=batch))
+        e = estimator.estimate(source.net, replace(options, batch=batch))
         total = e.total - e.allocator if mode == "gpu" else e.total  # what per_sample splits: not CUDA's pages
         if mode == "cpu" and tuned and batch == 100:  # LeNet's conv2 chunks: 59 images at most
             assert total < fixed + batch * per < 1.3 * total
@@ -150,9 +148,9 @@ def test_per_sample_and_fixed_parts_add_up(caffe, mode, tuned):
 
 def test_an_unknown_layer_is_named_and_the_total_becomes_a_lower_bound(caffe, tmp_path):
     text = SMALL.format(k=3, pad=1, relu_top="relu", extra="").replace('type: "ReLU"', 'type: "Frobnicate"')
-    e = est.estimate(parse(caffe, text), est.Options(test_net=False))
+    e = estimator.estimate(parse(caffe, text), estimator.Options(test_net=False))
     assert e.lower_bound and e.unmodelled == [("relu", "Frobnicate", "tops shaped like its first input, 8x6")]
-    known = est.estimate(small(caffe, relu_top="relu"), est.Options(test_net=False))
+    known = estimator.estimate(small(caffe, relu_top="relu"), estimator.Options(test_net=False))
     assert rules_total(e) == rules_total(known)  # its top and gradient still count; a ReLU owns nothing else
     path = tmp_path / "net.prototxt"
     path.write_text(text)
@@ -175,10 +173,10 @@ def test_fit_and_the_gpu_preflight_say_a_lower_bound_is_one(caffe, tmp_path):
     assert ("  not modelled, so every figure above is a lower bound (the largest batch an upper limit): "
             "relu (Frobnicate)") in done.stdout
     said = []
-    need = preflight.check(parse(caffe, text), est.Options(), [2**34], say=said.append)
+    need = preflight.check(parse(caffe, text), estimator.Options(), [2**34], say=said.append)
     assert said == [f"memory check: at least {need / 2**30:.2f} GiB per GPU; not counted: relu (Frobnicate)"]
     with pytest.raises(ConfigError, match=r"^this run needs at least 1\.\d\d GiB per GPU, more than the 0\.61 GiB"):
-        preflight.check(parse(caffe, text), est.Options(batch=200000), [2**30], say=said.append)
+        preflight.check(parse(caffe, text), estimator.Options(batch=200000), [2**30], say=said.append)
 
 
 PYTHON_SOURCE = """layer { name: "src" type: "Python" top: "data" top: "label" python_param { module: "m" layer: "L" } }
@@ -201,7 +199,7 @@ def test_layers_after_an_unshaped_blob_are_listed_and_the_rest_estimated(caffe):
               'shape { dim: 4 } } }\nlayer { name: "ip2" type: "InnerProduct" bottom: "x" top: "ip2" '
               'inner_product_param { num_output: 3 } }\nlayer { name: "loss2" type: "SoftmaxWithLoss" bottom: "ip2" '
               'bottom: "label" top: "loss2" }')
-    e = est.estimate(parse(caffe, text), est.Options(test_net=False))
+    e = estimator.estimate(parse(caffe, text), estimator.Options(test_net=False))
     assert e.lower_bound
     unmodelled = [(name, kind) for name, kind, _ in e.unmodelled]
     assert unmodelled == [("src", "Python"), ("ip", "InnerProduct"), ("loss", "SoftmaxWithLoss")]
@@ -264,16 +262,16 @@ def test_report_reproduces_the_published_rule_of_thumb_and_names_its_sources():
 
 def test_invalid_options_are_refused(caffe):
     with pytest.raises(ConfigError, match="unknown --type 'Lion'"):
-        est.estimate(small(caffe), est.Options(solver="Lion"))
+        estimator.estimate(small(caffe), estimator.Options(solver="Lion"))
     with pytest.raises(ConfigError, match="--batch-size must be at least 1, got 0"):
-        est.estimate(small(caffe), est.Options(batch=0))
+        estimator.estimate(small(caffe), estimator.Options(batch=0))
 
 
 def test_gpu_preflight_refuses_a_run_that_cannot_fit(caffe):
     from caffetool.train import preflight
 
     source = netsource.load(caffe, "vgg16", None, None, None, batch=64)
-    options = est.Options(input_shape=source.input_shape)
+    options = estimator.Options(input_shape=source.input_shape)
     twelve = 12 * 2**30  # card sizes are data here: these machines have no GPU to ask
     with pytest.raises(ConfigError, match=r"needs about [\d.]+ GiB per GPU.*the largest batch that fits is \d+"):
         preflight.check(source.net, options, [twelve, twelve])
@@ -299,9 +297,9 @@ def test_a_blob_past_int_max_is_refused_where_caffe_refuses_it(caffe, engine, tm
     assert caffe_builds(engine, tmp_path / "1.prototxt").returncode == 0
     refused = caffe_builds(engine, tmp_path / "2.prototxt")
     assert refused.returncode != 0 and "blob size exceeds INT_MAX" in refused.stderr
-    est.estimate(parse(caffe, INPUT_ONLY.format(n=1)), est.Options(phase="test"))
+    estimator.estimate(parse(caffe, INPUT_ONLY.format(n=1)), estimator.Options(phase="test"))
     with pytest.raises(ConfigError) as err:
-        est.estimate(parse(caffe, INPUT_ONLY.format(n=2)), est.Options(phase="test"), source="in.prototxt")
+        estimator.estimate(parse(caffe, INPUT_ONLY.format(n=2)), estimator.Options(phase="test"), source="in.prototxt")
     assert str(err.value) == ("in.prototxt: blob 'x' would hold 2x1073741824 = 2,147,483,648 elements at batch 2, "
                               "more than the 2,147,483,647 (INT_MAX) a Caffe blob can hold; the largest batch "
                               "within that limit is 1 (--batch-size 1)")
@@ -341,7 +339,7 @@ def test_the_batch_is_split_exactly(batch, largest, split):
 
 def test_fit_keeps_an_asked_iter_size_in_the_effective_batch(caffe):
     source = netsource.load(caffe, "vgg16", None, None, None, batch=64)
-    options = est.Options(input_shape=source.input_shape, iter_size=2)
+    options = estimator.Options(input_shape=source.input_shape, iter_size=2)
     f = fitting.fit(source.net, options, 12 * 2**30, 400 * 2**20)
     split = next(c for c in f.changes if "iter_size" in c.name)
     assert split.name == "batch 32 with iter_size 4 (32 x 4 = 128, the same effective batch)" and split.fits
@@ -350,7 +348,7 @@ def test_fit_keeps_an_asked_iter_size_in_the_effective_batch(caffe):
 
 def test_the_largest_batch_stops_at_caffes_blob_limit(caffe):
     source = netsource.load(caffe, "lenet", None, None, None, batch=64)
-    options = est.Options(input_shape=source.input_shape)
+    options = estimator.Options(input_shape=source.input_shape)
     f = fitting.fit(source.net, options, 80 * 2**30, 400 * 2**20)
     assert f.largest_batch == (2**31 - 1) // (20 * 24 * 24) == f.blob_limit_batch  # conv1's top per sample
     assert f.limited_by_blobs
@@ -361,7 +359,7 @@ def test_the_largest_batch_stops_at_caffes_blob_limit(caffe):
 
 def test_fit_says_when_no_batch_fits(caffe):
     source = netsource.load(caffe, "vgg16", None, None, None, batch=64)
-    options = est.Options(input_shape=source.input_shape)
+    options = estimator.Options(input_shape=source.input_shape)
     f = fitting.fit(source.net, options, 300 * 2**20, 0)
     assert f.largest_batch == 0 and not any("iter_size" in c.name for c in f.changes)
     assert table.fit_lines("vgg16", "300MiB", options, f)[1] == (

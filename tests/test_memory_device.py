@@ -11,8 +11,7 @@ import pytest
 from google.protobuf import text_format
 
 from benchmarks.gpuproof import nets as proof_nets
-from caffetool.memory import device, graph
-from caffetool.memory import estimate as est
+from caffetool.memory import device, estimator, netgraph
 from caffetool.memory.gpumeasure import BASELINE_NET
 
 from .test_memory_layers import FILLER, layer
@@ -49,8 +48,8 @@ def test_gpu_estimates_count_pages_and_cpu_estimates_keep_mallocs_rounding(caffe
     """Two 3 MiB blobs (an input and a ReLU's own top) hold two pages each on the device."""
     text = ('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 786432 } } }\n'
             + layer("relu", "ReLU", ["x"], ["y"]))
-    gpu = est.estimate(parse(caffe, text), est.Options(phase="test", mode="gpu"))
-    cpu = est.estimate(parse(caffe, text), est.Options(phase="test", mode="cpu"))
+    gpu = estimator.estimate(parse(caffe, text), estimator.Options(phase="test", mode="gpu"))
+    cpu = estimator.estimate(parse(caffe, text), estimator.Options(phase="test", mode="cpu"))
     assert gpu.allocations == [3 * MIB, 3 * MIB]
     assert gpu.allocator == 2 * MIB and gpu.total == 8 * MIB
     assert cpu.total - cpu.allocator == gpu.total - gpu.allocator  # the same blobs
@@ -71,9 +70,9 @@ def test_small_nets_cost_what_the_h200_measured(caffe, name):
     """Patch 0006's engine: tiny blobs fit in the baseline's page of small blocks (+0 MiB, 16
     convolutions on Caffe's engine included), cuDNN's handle costs nothing, its convolutions 2 MiB
     once; Caffe ran them without a TEST net."""
-    options = est.Options(mode="gpu", cudnn=True, test_net=False)
-    assert est.estimate(parse(caffe, BASELINE_NET), options).total == 0
-    assert est.estimate(parse(caffe, CALIBRATION[name]()), options).total == measured(record(), name)
+    options = estimator.Options(mode="gpu", cudnn=True, test_net=False)
+    assert estimator.estimate(parse(caffe, BASELINE_NET), options).total == 0
+    assert estimator.estimate(parse(caffe, CALIBRATION[name]()), options).total == measured(record(), name)
 
 
 CUDNN_NET = """
@@ -90,7 +89,7 @@ def test_cudnn_classes_hold_only_what_their_gpu_code_touches(caffe):
     whenever the weights learn) and needs no columns; cudnn_lrn_layer.cu keeps no ``scale_``;
     cudnn_softmax_layer.cu neither ``scale_`` nor, on the device, ``sum_multiplier_``."""
     net = parse(caffe, CUDNN_NET)
-    rows = {on: {r.layer: r for r in est.estimate(net, est.Options(mode="gpu", cudnn=on, test_net=False)).rows}
+    rows = {on: {r.layer: r for r in estimator.estimate(net, estimator.Options(mode="gpu", cudnn=on, test_net=False)).rows}
             for on in (False, True)}
     blob = 8 * 16 * 20 * 20 * 4
     assert rows[False]["in"].diff_bytes == blob and rows[True]["in"].diff_bytes == 0
@@ -99,7 +98,7 @@ def test_cudnn_classes_hold_only_what_their_gpu_code_touches(caffe):
     assert rows[False]["conv"].scratch_bytes == columns + bias_multiplier
     assert rows[False]["loss"].scratch_bytes - rows[True]["loss"].scratch_bytes == (10 + 8) * 4  # sum_multiplier, scale
     caffe_loss = parse(caffe, CUDNN_NET.replace('top: "loss" }', 'top: "loss" softmax_param { engine: CAFFE } }'))
-    kept = {r.layer: r for r in est.estimate(caffe_loss, est.Options(mode="gpu", cudnn=True, test_net=False)).rows}
+    kept = {r.layer: r for r in estimator.estimate(caffe_loss, estimator.Options(mode="gpu", cudnn=True, test_net=False)).rows}
     assert kept["loss"].scratch_bytes == rows[False]["loss"].scratch_bytes  # engine: CAFFE keeps Caffe's layer
 
 
@@ -108,7 +107,7 @@ def test_accuracy_on_a_gpu_counts_in_its_inputs_gradients(caffe):
     neither); both are Split tops of their own in the TEST net, where softmax_loss_layer.cu also works
     in its input's gradient."""
     text = CUDNN_NET + layer("acc", "Accuracy", ["fc", "label"], ["acc"], "include { phase: TEST }")
-    e = {mode: est.estimate(parse(caffe, text), est.Options(mode=mode)) for mode in ("cpu", "gpu")}
+    e = {mode: estimator.estimate(parse(caffe, text), estimator.Options(mode=mode)) for mode in ("cpu", "gpu")}
     test_diffs = {mode: {r.layer: r.diff_bytes for r in x.test_rows} for mode, x in e.items()}
     scores, labels = 8 * 10 * 4, 8 * 4
     assert sum(test_diffs["gpu"].values()) - sum(test_diffs["cpu"].values()) == 2 * scores + labels
@@ -146,12 +145,12 @@ def test_the_engines_logged_choices_size_the_one_shared_workspace(caffe, tmp_pat
     def shared(**options) -> dict[str, int]:
         """Each convolution's scratch: cuDNN's class keeps no columns and no bias_multiplier, so only
         the fixed cost (on the first) and the workspace (on the layer that needs most) are there."""
-        e = est.estimate(net, est.Options(mode="gpu", cudnn=True, cudnn_choices=needs, **options))
+        e = estimator.estimate(net, estimator.Options(mode="gpu", cudnn=True, cudnn_choices=needs, **options))
         return {r.layer: r.scratch_bytes for r in e.rows if r.layer in ("c1", "c2")}
 
     conv = device.CUDNN_CONV_BYTES
     assert shared(cudnn_workspace_mb=256) == {"c1": conv, "c2": 9_000_000}
-    assert 9_000_000 in est.estimate(net, est.Options(mode="gpu", cudnn=True, cudnn_choices=needs)).allocations
+    assert 9_000_000 in estimator.estimate(net, estimator.Options(mode="gpu", cudnn=True, cudnn_choices=needs)).allocations
     assert shared(phase="test", cudnn_workspace_mb=256) == {"c1": conv, "c2": 3_000_000}
     assert shared(cudnn_workspace_mb=2) == {"c1": conv + 2 * MIB, "c2": 0}  # Rank drops what is past the limit
 
@@ -161,7 +160,7 @@ def test_the_modelled_weight_gradient_of_a_3x3_convolution_is_cudnns_winograd(ca
     b32 conv4 (two groups); where it is past the limit, one image's columns."""
     assert device.winograd_nonfused_bytes(16, 256, 256, 1, 56, 56) == 240_648_192
     assert device.winograd_nonfused_bytes(32, 384, 384, 2, 13, 13) == 67_239_936
-    node = next(n for n in graph.build(parse(caffe, chain(1)), "train", None, None).nodes if n.name == "c1")
+    node = next(n for n in netgraph.build(parse(caffe, chain(1)), "train", None, None).nodes if n.name == "c1")
     winograd, columns = device.winograd_nonfused_bytes(4, 8, 8, 1, 16, 16), 8 * 9 * 16 * 16 * 4
     assert node.info.cudnn_work["backward filter"] == (winograd, columns)
     assert device.need(node, "backward filter", 10**9, None) == winograd
@@ -187,7 +186,7 @@ def test_the_estimate_matches_the_h200_record(caffe, monkeypatch):
         got = measured(r, f"{name}_{variant}")
         assert abs(estimated[name][variant] - got) <= 0.01 * got, (name, variant)
     net, shape, _ = proof_nets.train_net(caffe, "caffenet", 32)
-    history = est.estimate(net, est.Options(mode="gpu", input_shape=shape)).groups["model"] // 3
+    history = estimator.estimate(net, estimator.Options(mode="gpu", input_shape=shape)).groups["model"] // 3
     got = measured(r, "caffenet_caffe")
     assert abs(estimated["caffenet"]["caffe"] - history - got) <= 0.01 * got
     assert 0 < measured(r, "lenet_cudnn") - estimated["lenet"]["cudnn"] <= 2 * PAGE

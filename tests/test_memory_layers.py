@@ -8,8 +8,7 @@ import pytest
 from google.protobuf import text_format
 
 from caffetool.errors import ConfigError
-from caffetool.memory import estimate as est
-from caffetool.memory import device, graph, measure
+from caffetool.memory import device, estimator, measuring, netgraph
 
 N, C, H, W = 8, 16, 32, 32  # blobs of 0.5 MiB: the engine's fixed costs per layer stay far below 2%
 TOLERANCE = 0.02
@@ -169,9 +168,9 @@ def parse(caffe, text: str):
 @pytest.mark.parametrize("case,solver", [(c, "SGD") for c in CASES] + [(c, "Adam") for c in ADAM])
 def test_estimate_matches_the_engine(caffe, engine, case, solver):
     net = parse(caffe, CASES[case])
-    e = est.estimate(net, est.Options(solver=solver))
+    e = estimator.estimate(net, estimator.Options(solver=solver))
     assert not e.lower_bound and not e.unmodelled
-    got = measure.measure(engine, caffe, net, solver, (1, 1, 1), 4)["allocated"]
+    got = measuring.measure(engine, caffe, net, solver, (1, 1, 1), 4)["allocated"]
     error = (e.total - got) / got
     print(f"{case} {solver}: estimate {e.total:,} measured {got:,} error {100 * error:+.2f}%")
     assert abs(error) <= TOLERANCE
@@ -191,7 +190,7 @@ def test_shapes_and_parameters_match_the_engine(caffe, tmp_path, case):
     """Every blob Net::Init makes (Split tops included, with Caffe's names) and every layer's
     parameter blobs have the shapes the engine gives them."""
     blobs, params = engine_shapes(caffe, CASES[case], tmp_path)
-    g = graph.build(parse(caffe, CASES[case]), "train", None, None)
+    g = netgraph.build(parse(caffe, CASES[case]), "train", None, None)
     ours = {blob.split("@")[0]: shape for blob, shape in g.shapes.items()}
     assert ours == blobs
     assert {n.name: n.info.params for n in g.nodes if n.info.params} == params
@@ -218,9 +217,9 @@ MEASURED_MIB = {1: 30.0, 4: 114.0, 16: 448.0}
 def test_gpu_cudnn_convolutions_cost_what_the_h100_measured(caffe, layers):
     from caffetool.memory.gpumeasure import BASELINE_NET
 
-    options = est.Options(mode="gpu", cudnn=True, test_net=False, tuned=False)
-    base = est.estimate(parse(caffe, BASELINE_NET), options).total
-    extra = (est.estimate(parse(caffe, calibration_net(layers)), options).total - base) / 2**20
+    options = estimator.Options(mode="gpu", cudnn=True, test_net=False, tuned=False)
+    base = estimator.estimate(parse(caffe, BASELINE_NET), options).total
+    extra = (estimator.estimate(parse(caffe, calibration_net(layers)), options).total - base) / 2**20
     # NVML counts in 2 MiB pages: a page either way
     assert abs(extra - MEASURED_MIB[layers]) <= 2.0 + 0.02 * MEASURED_MIB[layers]
 
@@ -233,10 +232,10 @@ def test_the_tuned_engine_shares_one_cudnn_handle_and_workspace(caffe, monkeypat
     from caffetool.memory.gpumeasure import BASELINE_NET
 
     monkeypatch.delenv("CAFFE_CUDNN_WORKSPACE_MB", raising=False)
-    tuned, stock = (est.Options(mode="gpu", cudnn=True, test_net=False, tuned=t) for t in (True, False))
+    tuned, stock = (estimator.Options(mode="gpu", cudnn=True, test_net=False, tuned=t) for t in (True, False))
 
-    def workspace(text: str, options: est.Options) -> int:
-        return est.estimate(parse(caffe, text), options).groups["workspace"]
+    def workspace(text: str, options: estimator.Options) -> int:
+        return estimator.estimate(parse(caffe, text), options).groups["workspace"]
 
     base = workspace(BASELINE_NET, tuned)  # its SoftmaxWithLoss is cuDNN's: a handle, no convolution
     assert base < 1024  # the loss layer's own scratch only
@@ -245,7 +244,7 @@ def test_the_tuned_engine_shares_one_cudnn_handle_and_workspace(caffe, monkeypat
     assert winograd < columns
     assert workspace(calibration_net(1), tuned) - base == device.CUDNN_CONV_BYTES + columns
     assert workspace(calibration_net(16), tuned) == workspace(calibration_net(1), tuned)
-    rows = est.estimate(parse(caffe, calibration_net(16)), tuned).rows
+    rows = estimator.estimate(parse(caffe, calibration_net(16)), tuned).rows
     assert [r.layer for r in rows if r.scratch_bytes >= device.CUDNN_CONV_BYTES] == ["c1"]
     assert workspace(calibration_net(16), stock) > 16 * 3 * device.STOCK_HANDLE_BYTES
     monkeypatch.setenv("CAFFE_CUDNN_WORKSPACE_MB", "0.01")  # 10,485 bytes: the cap binds
@@ -259,13 +258,13 @@ def test_cudnn_replaces_only_the_layers_bvlc_caffe_gives_it(caffe):
     """layer_factory.cpp: MAX pooling keeps Caffe's own layer, AVE pooling and ReLU get cuDNN;
     BVLC Caffe 1.0 has no cuDNN BatchNorm (there is no cudnn_batch_norm_layer)."""
     text = CASES["resnet-block"]
-    stock = est.Options(mode="gpu", cudnn=True, test_net=False, tuned=False)  # a handle per cuDNN layer
-    with_cudnn = est.estimate(parse(caffe, text), stock)
+    stock = estimator.Options(mode="gpu", cudnn=True, test_net=False, tuned=False)  # a handle per cuDNN layer
+    with_cudnn = estimator.estimate(parse(caffe, text), stock)
     handles = {r.layer: r.scratch_bytes >= device.STOCK_HANDLE_BYTES for r in with_cudnn.rows}
     assert handles["conv"] and handles["relu"] and handles["gap"] and handles["loss"]
     assert not handles["bn"] and not handles["scale"] and not handles["sum"]
     mixed = CASES["conv-relu-pool-ip"]
-    rows = {r.layer: r for r in est.estimate(parse(caffe, mixed), est.Options(mode="gpu", cudnn=True, tuned=False)).rows}
+    rows = {r.layer: r for r in estimator.estimate(parse(caffe, mixed), estimator.Options(mode="gpu", cudnn=True, tuned=False)).rows}
     assert rows["pool"].scratch_bytes == 8 * C * 16 * 16 * 4  # max_idx only: no cuDNN handle
 
 
@@ -273,8 +272,8 @@ def test_vgg16_estimate_takes_under_100_ms(caffe):
     from caffetool.memory import netsource
 
     source = netsource.load(caffe, "vgg16", None, None, None, 64)
-    options = est.Options(input_shape=source.input_shape)
-    assert min(est.estimate(source.net, options).seconds for _ in range(5)) < 0.1
+    options = estimator.Options(input_shape=source.input_shape)
+    assert min(estimator.estimate(source.net, options).seconds for _ in range(5)) < 0.1
 
 
 def test_data_layers_own_what_caffe_allocates_for_them(caffe):
@@ -288,8 +287,8 @@ def test_data_layers_own_what_caffe_allocates_for_them(caffe):
         "ImageData": "image_data_param { source: \"list.txt\" batch_size: 4 new_height: 10 new_width: 12 }",
         "HDF5Data": "hdf5_data_param { source: \"files.txt\" batch_size: 4 }",
     }
-    e = {kind: est.estimate(parse(caffe, layer("data", kind, [], ["data", "label"], param) + tail),
-                            est.Options(input_shape=(3, 8, 8), test_net=False))
+    e = {kind: estimator.estimate(parse(caffe, layer("data", kind, [], ["data", "label"], param) + tail),
+                            estimator.Options(input_shape=(3, 8, 8), test_net=False))
          for kind, param in sources.items()}
     rows = {kind: next(r for r in x.rows if r.layer == "data") for kind, x in e.items()}
     assert rows["MemoryData"].data_bytes == 0 and not e["MemoryData"].lower_bound
@@ -317,10 +316,10 @@ THREADED = {
 def test_estimate_matches_the_engine_on_two_threads(caffe, engine, case):
     """Each extra thread's buffers: the estimate follows the engine's own sizing (memory.parallel)."""
     net = parse(caffe, THREADED[case])
-    e = est.estimate(net, est.Options(threads=2))
-    got = measure.measure(engine, caffe, net, "SGD", (1, 1, 1), 4, threads=2)["allocated"]
+    e = estimator.estimate(net, estimator.Options(threads=2))
+    got = measuring.measure(engine, caffe, net, "SGD", (1, 1, 1), 4, threads=2)["allocated"]
     error = (e.total - got) / got
     print(f"{case} on 2 threads: estimate {e.total:,} measured {got:,} error {100 * error:+.2f}%")
     assert abs(error) <= TOLERANCE
-    one = est.estimate(net, est.Options(threads=1)).total
+    one = estimator.estimate(net, estimator.Options(threads=1)).total
     assert e.total > one  # the second thread's scratch is counted, not lost in the tolerance

@@ -240,9 +240,9 @@ def test_the_mkl_engine_trains_lenet_as_the_openblas_engine_does(mkl_engine, eng
     openblas = engine_on("openblas", engine)
     from caffetool import glog
     from caffetool.engine.locate import caffe_env
-    from caffetool.nets import declaration, generate, solver
+    from caffetool.nets import declaration, generate, solvers
 
-    options = solver.SolverOptions(max_iter=200, display=50, random_seed=1, snapshot=1000, test_interval=1000,
+    options = solvers.SolverOptions(max_iter=200, display=50, random_seed=1, snapshot=1000, test_interval=1000,
                                    mode="cpu")
     losses = {}
     for name, built in (("openblas", openblas), ("mkl", mkl_engine)):

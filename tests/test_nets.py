@@ -12,7 +12,7 @@ from caffetool.data import db, layout
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffeRefused, ConfigError, NetError
-from caffetool.nets import declaration, generate, prototxt, solver
+from caffetool.nets import declaration, generate, prototxt, solvers
 
 MODELS = declaration.discover()
 
@@ -52,7 +52,7 @@ def reference(engine, name, message):
 
 
 def test_lenet_equals_caffes_own_train_test_net(caffe, engine, fashion, tmp_path):
-    out = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solver.SolverOptions())
+    out = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solvers.SolverOptions())
     ours = prototxt.read(out.files["train_val.prototxt"], caffe.proto.caffe_pb2.NetParameter())
     theirs = reference(engine, "lenet_train_test.prototxt", caffe.proto.caffe_pb2.NetParameter())
     for net in (ours, theirs):
@@ -62,7 +62,7 @@ def test_lenet_equals_caffes_own_train_test_net(caffe, engine, fashion, tmp_path
 
 
 def test_lenet_solver_equals_caffes_recipe(caffe, engine, fashion, tmp_path):
-    out = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solver.SolverOptions())
+    out = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solvers.SolverOptions())
     ours = prototxt.read(out.files["solver.prototxt"], caffe.proto.caffe_pb2.SolverParameter())
     theirs = reference(engine, "lenet_solver.prototxt", caffe.proto.caffe_pb2.SolverParameter())
     assert (ours.net, ours.snapshot_prefix, ours.solver_mode) == ("train_val.prototxt", "snapshots/lenet", ours.CPU)
@@ -74,7 +74,7 @@ def test_lenet_solver_equals_caffes_recipe(caffe, engine, fashion, tmp_path):
 
 def test_caffe_train_accepts_the_generated_files(engine, fashion, tmp_path):
     out = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run",
-                            solver.SolverOptions(max_iter=20, test_interval=10, test_iter=2, display=10))
+                            solvers.SolverOptions(max_iter=20, test_interval=10, test_iter=2, display=10))
     done = subprocess.run([str(engine.caffe), "train", "-solver", "solver.prototxt"], cwd=out.out,
                           capture_output=True, text=True, env=caffe_env())
     assert done.returncode == 0, done.stderr[-2000:]
@@ -117,7 +117,7 @@ def expected_params(name: str) -> int:
 def test_all_models_build_and_train_matches_deploy(caffe, engine, fashion, big_images, tmp_path, name):
     m = MODELS[name]
     data = fashion if name == "lenet" else big_images
-    out = generate.generate(engine, m, data, tmp_path / name, solver.SolverOptions(), batch=2, test_batch=2)
+    out = generate.generate(engine, m, data, tmp_path / name, solvers.SolverOptions(), batch=2, test_batch=2)
     report = out.report
     deploy = report["deploy"]["deploy.prototxt"]
     assert deploy["params"] == (431_080 if name == "lenet" else expected_params(name))
@@ -145,7 +145,7 @@ def test_all_models_build_and_train_matches_deploy(caffe, engine, fashion, big_i
 ])
 def test_invalid_solver_values_are_refused(options, message):
     with pytest.raises(ConfigError) as err:
-        solver.settle(solver.SolverOptions(**options))
+        solvers.settle(solvers.SolverOptions(**options))
     assert str(err.value).startswith(message)
 
 
@@ -169,28 +169,28 @@ def test_invalid_solver_values_are_refused(options, message):
 ])
 def test_out_of_range_flags_are_refused_with_flag_value_and_range(flags, message):
     with pytest.raises(ConfigError) as err:
-        solver.SolverOptions.from_flags(**flags)
+        solvers.SolverOptions.from_flags(**flags)
     assert str(err.value) == message
 
 
 def test_flags_become_options_in_caffes_spelling():
-    options = solver.SolverOptions.from_flags(type="adam", lr_policy="Step", gamma="0.5", stepsize="100",
+    options = solvers.SolverOptions.from_flags(type="adam", lr_policy="Step", gamma="0.5", stepsize="100",
                                               iter_size="2", stepvalue=[], mode="GPU", max_iter=None)
     assert (options.type, options.lr_policy, options.mode, options.iter_size) == ("Adam", "step", "gpu", 2)
     assert (options.gamma, options.stepsize, options.max_iter) == (0.5, 100, None)
-    assert solver.SolverOptions.from_flags().iter_size == 1  # --iter-size absent: Caffe's default
+    assert solvers.SolverOptions.from_flags().iter_size == 1  # --iter-size absent: Caffe's default
     # sigmoid's gamma is a slope, so a negative one is meaningful there
-    assert solver.SolverOptions.from_flags(lr_policy="sigmoid", gamma="-0.01", stepsize="100").gamma == -0.01
+    assert solvers.SolverOptions.from_flags(lr_policy="sigmoid", gamma="-0.01", stepsize="100").gamma == -0.01
 
 
-@pytest.mark.parametrize("solver_type", list(solver.SOLVER_TYPES))
+@pytest.mark.parametrize("solver_type", list(solvers.SOLVER_TYPES))
 @pytest.mark.parametrize("policy,extra", [("fixed", {}), ("step", dict(gamma=0.1, stepsize=100)),
                                           ("multistep", dict(gamma=0.1, stepvalue=[100, 200])),
                                           ("exp", dict(gamma=0.99)), ("inv", dict(gamma=1e-4, power=0.75)),
                                           ("poly", dict(power=2.0)), ("sigmoid", dict(gamma=-0.01, stepsize=100))])
 def test_every_solver_type_and_policy_is_accepted_by_caffe(caffe, engine, fashion, tmp_path, solver_type, policy, extra):
     out = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run",
-                            solver.SolverOptions(type=solver_type, lr_policy=policy, iter_size=2, random_seed=7, **extra))
+                            solvers.SolverOptions(type=solver_type, lr_policy=policy, iter_size=2, random_seed=7, **extra))
     text = out.files["solver.prototxt"].read_text()
     assert f'lr_policy: "{policy}"' in text
     assert ("type:" in text) == (solver_type != "SGD")
@@ -199,36 +199,36 @@ def test_every_solver_type_and_policy_is_accepted_by_caffe(caffe, engine, fashio
 
 def test_batch_size_zero_is_refused_and_nothing_written(engine, fashion, tmp_path):
     with pytest.raises(ConfigError, match="--batch-size must be at least 1, got 0"):
-        generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solver.SolverOptions(), batch=0)
+        generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solvers.SolverOptions(), batch=0)
     assert not (tmp_path / "run").exists()
 
 
 def test_existing_files_need_force(engine, fashion, tmp_path):
-    generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solver.SolverOptions())
+    generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solvers.SolverOptions())
     with pytest.raises(ConfigError, match="already has train_val.prototxt, deploy.prototxt, solver.prototxt; use --force"):
-        generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solver.SolverOptions())
+        generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "run", solvers.SolverOptions())
 
 
 def test_model_too_big_for_the_images_is_refused(engine, fashion, tmp_path):
     with pytest.raises(ConfigError, match="smaller than vgg16's 224x224 crop"):
-        generate.generate(engine, MODELS["vgg16"], fashion, tmp_path / "run", solver.SolverOptions())
+        generate.generate(engine, MODELS["vgg16"], fashion, tmp_path / "run", solvers.SolverOptions())
 
 
 def test_user_net_with_a_syntax_error_names_line_and_column(engine, fashion, tmp_path):
     bad = tmp_path / "mine.prototxt"
     bad.write_text('name: "x"\nlayer {\n  name: "a"\n  tpye: "Data"\n}\n')
     with pytest.raises(NetError) as err:
-        generate.generate(engine, None, fashion, tmp_path / "run", solver.SolverOptions(), net_file=bad)
+        generate.generate(engine, None, fashion, tmp_path / "run", solvers.SolverOptions(), net_file=bad)
     assert str(err.value).startswith(f"{bad}:4:3: ")
     assert "tpye" in str(err.value)
 
 
 def test_user_net_is_validated_by_caffe(engine, fashion, tmp_path, caffe):
-    good = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solver.SolverOptions())
+    good = generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solvers.SolverOptions())
     mine = tmp_path / "mine.prototxt"
     mine.write_text(good.files["train_val.prototxt"].read_text().replace("num_output: 50", "num_output: 0"))
     with pytest.raises(CaffeRefused, match=r"^Caffe refused the net \(base_conv_layer.cpp:\d+\): Check failed: num_output_ > 0"):
-        generate.generate(engine, None, fashion, tmp_path / "run", solver.SolverOptions(), net_file=mine)
+        generate.generate(engine, None, fashion, tmp_path / "run", solvers.SolverOptions(), net_file=mine)
     assert not (tmp_path / "run").exists()
 
 
@@ -266,7 +266,7 @@ GENERATED = ["deploy.prototxt", "snapshots", "solver.prototxt", "train_val.proto
 
 
 def test_a_new_folder_appears_complete_and_leaves_no_staging(engine, fashion, tmp_path):
-    generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solver.SolverOptions())
+    generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solvers.SolverOptions())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]
     assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == GENERATED
 
@@ -274,7 +274,7 @@ def test_a_new_folder_appears_complete_and_leaves_no_staging(engine, fashion, tm
 def test_a_file_as_out_is_refused_and_kept(engine, fashion, tmp_path):
     (tmp_path / "gen").write_text("mine")
     with pytest.raises(ConfigError, match=rf"^--out {tmp_path}/gen is a file; give a folder for the generated files$"):
-        generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solver.SolverOptions())
+        generate.generate(engine, MODELS["lenet"], fashion, tmp_path / "gen", solvers.SolverOptions())
     assert (tmp_path / "gen").read_text() == "mine"
 
 
@@ -282,6 +282,6 @@ def test_a_run_directory_keeps_what_else_it_holds(engine, fashion, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "labels.txt").write_text("0 zero\n")
-    generate.generate(engine, MODELS["lenet"], fashion, run, solver.SolverOptions())
+    generate.generate(engine, MODELS["lenet"], fashion, run, solvers.SolverOptions())
     assert sorted(p.name for p in run.iterdir()) == sorted([*GENERATED, "labels.txt"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

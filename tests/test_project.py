@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from caffetool.checksum import sha256_file
-from caffetool.demo import classifier
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import ConfigError, DataError, NetError, RunError
 from caffetool.inference import modelfiles
 from caffetool.nets import project
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
+from caffetool.serving import classifier
 from caffetool.train import session
 from tests.caffe_root import AUTOENCODER_SOLVER, lay_out
 from tests.conftest import PROJECT

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import uvicorn
 
-from caffetool.demo.catalog import Model
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
+from caffetool.serving.catalog import ServedModel
 
 
 class QuickDeadline(DeadlineProtocol):
@@ -43,7 +43,7 @@ def address(caplog):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = uvicorn.Config(create_app([Model("stand-in", "1", stand_in_classifier())]), host="127.0.0.1", port=port, http=QuickDeadline,
+    config = uvicorn.Config(create_app([ServedModel("stand-in", "1", stand_in_classifier())]), host="127.0.0.1", port=port, http=QuickDeadline,
                             timeout_keep_alive=1, log_config=None, lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

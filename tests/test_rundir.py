@@ -38,4 +38,4 @@ def test_a_failed_setup_releases_the_run_and_a_good_one_keeps_it(tmp_path):
 
 def test_an_unknown_or_unreadable_run_is_a_run_error(tmp_path):
     with pytest.raises(RunError, match=r"^no run 'nope'"):
-        rundir.find(tmp_path, "nope")
+        rundir.folder_of(tmp_path, "nope")

@@ -9,7 +9,7 @@ import pytest
 
 from caffetool.data.layout import Dataset
 from caffetool.engine import EngineInfo
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
 from caffetool.runs import snapshots
 from caffetool.train import session
 

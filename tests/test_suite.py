@@ -97,7 +97,7 @@ def test_which_tests_run_follows_the_build_and_the_machine():
     cpu = suite.plan(cuda=False, openmp=True, gpu_visible=False)
     assert cpu.test_filter == "--gtest_filter=-*GPU*" and cpu.threads[0] == 1 and len(cpu.threads) == 2
     assert suite.plan(cuda=False, openmp=False, gpu_visible=False).threads == (1,)
-    assert suite.plan(cuda=True, openmp=False, gpu_visible=True) == suite.Plan("", (1,))
+    assert suite.plan(cuda=True, openmp=False, gpu_visible=True) == suite.SuitePlan("", (1,))
     half = suite.plan(cuda=True, openmp=False, gpu_visible=False).test_filter
     assert half == ("--gtest_filter=-*GPU*:*/2.*:*/3.*:CuDNN*:Im2colKernelTest*:PlatformTest.*:"
                     "CommonTest.TestBrewMode")

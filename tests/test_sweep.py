@@ -84,7 +84,7 @@ def leftovers(root: Path, driver: int | None = None) -> list[str]:
 def test_a_stop_request_snapshots_a_run_started_where_sigint_is_blocked(tmp_path: Path, engine, fashion_data) -> None:
     """Ray's worker threads block SIGINT, and a signal mask survives exec: Caffe started from such a
     thread must still get the SIGINT that makes it snapshot, and the run is recorded stopped early."""
-    from caffetool.nets.solver import SolverOptions
+    from caffetool.nets.solvers import SolverOptions
     from caffetool.train import runner, session
 
     stop = runner.StopRequest()
@@ -115,7 +115,7 @@ def test_a_stop_request_snapshots_a_run_started_where_sigint_is_blocked(tmp_path
 def test_a_held_run_waits_for_each_verdict_and_stops_where_it_was_held(tmp_path: Path, engine, fashion_data) -> None:
     """A scheduler's verdict on a row comes while Caffe is stopped: the first hold is let through,
     the second is answered with a stop, and the snapshot is the iteration Caffe was held at."""
-    from caffetool.nets.solver import SolverOptions
+    from caffetool.nets.solvers import SolverOptions
     from caffetool.train import runner, session
 
     stop = runner.StopRequest()

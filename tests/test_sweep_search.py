@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 
 from caffetool.errors import ConfigError
-from caffetool.sweep import search
-from caffetool.sweep import space as spaces
+from caffetool.sweep import search, searchspace
 
 METRIC = "test/accuracy"
 
 
-def _space(*params: str) -> spaces.Space:
-    return spaces.build(list(params), {})
+def _space(*params: str) -> searchspace.Space:
+    return searchspace.build(list(params), {})
 
 
 @pytest.mark.parametrize(("params", "given", "samples", "expected"), [

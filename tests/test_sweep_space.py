@@ -5,23 +5,23 @@ from __future__ import annotations
 import pytest
 
 from caffetool.errors import ConfigError
-from caffetool.sweep import space
+from caffetool.sweep import searchspace
 
 
 def test_grids_and_ranges_are_read_as_their_flags_read_them() -> None:
-    grid = space.parse_param("base_lr=0.001,0.01")
-    assert grid == space.Param("base_lr", "grid", (0.001, 0.01))
-    assert space.parse_param("type=sgd,ADAM").values == ("SGD", "Adam")  # Caffe's spelling, as --type
-    assert space.parse_param("batch-size=32,64").values == (32, 64)
-    log = space.parse_param("base_lr=log:1e-4..1e-1")
+    grid = searchspace.parse_param("base_lr=0.001,0.01")
+    assert grid == searchspace.Param("base_lr", "grid", (0.001, 0.01))
+    assert searchspace.parse_param("type=sgd,ADAM").values == ("SGD", "Adam")  # Caffe's spelling, as --type
+    assert searchspace.parse_param("batch-size=32,64").values == (32, 64)
+    log = searchspace.parse_param("base_lr=log:1e-4..1e-1")
     assert (log.kind, log.low, log.high) == ("log", 1e-4, 0.1)
-    assert space.parse_param("max_iter=int:100..300").ends() == (100, 300)
+    assert searchspace.parse_param("max_iter=int:100..300").ends() == (100, 300)
 
 
 def test_search_space_draws_inside_the_ranges() -> None:
     from ray.tune.search.sample import Categorical, Float, Integer
 
-    built = space.build(["base_lr=log:0.001..0.1", "max_iter=int:100..300", "type=SGD,Nesterov"], {})
+    built = searchspace.build(["base_lr=log:0.001..0.1", "max_iter=int:100..300", "type=SGD,Nesterov"], {})
     tune_space = built.tune()
     assert isinstance(tune_space["base_lr"], Float)
     assert isinstance(tune_space["max_iter"], Integer)
@@ -35,7 +35,7 @@ def test_search_space_draws_inside_the_ranges() -> None:
 
 @pytest.mark.parametrize(("params", "fixed", "message"), [
     (["foo=1"], {}, "--param foo: not a setting a sweep can vary; choose one of: "
-     + ", ".join(space.SWEEPABLE)),
+     + ", ".join(searchspace.SWEEPABLE)),
     (["base_lr=0,0.1"], {}, "--param base_lr=0,0.1: --base-lr must be a learning rate above 0, got 0.0"),
     (["base_lr=log:0.1..0.01"], {}, "--param base_lr=log:0.1..0.01: the range's low end must be below its high end"),
     (["weight_decay=log:0..0.1"], {}, "--param weight_decay=log:0..0.1: a log range must start above 0"),
@@ -63,10 +63,10 @@ def test_search_space_draws_inside_the_ranges() -> None:
 ])
 def test_invalid_names_ranges_and_combinations_are_refused(params: list[str], fixed: dict, message: str | None) -> None:
     if message is None:
-        space.build(params, fixed)  # a negative slope is meaningful for sigmoid: accepted
+        searchspace.build(params, fixed)  # a negative slope is meaningful for sigmoid: accepted
         return
     with pytest.raises(ConfigError) as refused:
-        space.build(params, fixed)
+        searchspace.build(params, fixed)
     assert str(refused.value) == message
 
 
@@ -75,7 +75,7 @@ def test_invalid_names_ranges_and_combinations_are_refused(params: list[str], fi
     ("train/smoothed_loss", -1, "smoothed_loss"),
 ])
 def test_metrics_name_a_net_and_an_output(text: str, net: int, output: str) -> None:
-    assert space.parse_metric(text) == space.Metric(text, net, output)
+    assert searchspace.parse_metric(text) == searchspace.Metric(text, net, output)
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -85,13 +85,13 @@ def test_metrics_name_a_net_and_an_output(text: str, net: int, output: str) -> N
 ])
 def test_bad_metrics_are_refused(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        space.parse_metric(text)
+        searchspace.parse_metric(text)
     assert str(refused.value) == message
 
 
 def test_a_trial_gets_its_values_over_the_fixed_flags() -> None:
     fixed = {"max_iter": "300", "test_iter": "5", "batch_size": "32"}
-    options = space.options(fixed, {"base_lr": 0.05, "type": "Adam"})
+    options = searchspace.options(fixed, {"base_lr": 0.05, "type": "Adam"})
     assert (options.base_lr, options.type, options.max_iter, options.test_iter) == (0.05, "Adam", 300, 5)
-    assert space.batches(fixed, {"test_batch_size": 50}) == (32, 50)
-    assert space.batches({}, {}) == (None, None)
+    assert searchspace.batches(fixed, {"test_batch_size": 50}) == (32, 50)
+    assert searchspace.batches({}, {}) == (None, None)

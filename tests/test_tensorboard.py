@@ -8,10 +8,10 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from caffetool.errors import RunError
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import Metrics, parse_file
-from caffetool.train import session, tensorboard
+from caffetool.train import runevents, session
 
 from .caffe_root import autoencoder_log
 from .smalldisk import small_disk
@@ -57,7 +57,7 @@ def test_a_training_writes_every_figure_for_tensorboard(engine, fashion_data, tm
 
 
 def test_every_output_of_every_test_net_is_a_scalar(autoencoder, tmp_path):
-    events = tensorboard.RunEvents(tmp_path, Metrics())
+    events = runevents.RunEvents(tmp_path, Metrics())
     events.update(autoencoder)
     events.close()
     read_back = read(tmp_path)
@@ -72,15 +72,15 @@ def test_every_output_of_every_test_net_is_a_scalar(autoencoder, tmp_path):
 
 def test_a_resumed_session_adds_a_file_without_writing_rows_again(autoencoder, tmp_path):
     m = copy.deepcopy(autoencoder)
-    first = tensorboard.RunEvents(tmp_path, Metrics())
+    first = runevents.RunEvents(tmp_path, Metrics())
     first.update(m)
     first.close()
-    second = tensorboard.RunEvents(tmp_path, m)
+    second = runevents.RunEvents(tmp_path, m)
     second.update(m)
     m.add_test(1, {"NumIters": 30, "l2_error": 1.5})
     second.update(m)
     second.close()
-    assert len(list(tmp_path.glob(tensorboard.PATTERN))) == 2
+    assert len(list(tmp_path.glob(runevents.PATTERN))) == 2
     read_back = read(tmp_path)
     assert steps(read_back, "test1/l2_error") == [0, 20, 30]
     assert steps(read_back, "test0/l2_error") == [0, 20]
@@ -88,7 +88,7 @@ def test_a_resumed_session_adds_a_file_without_writing_rows_again(autoencoder, t
 
 def test_a_full_disk_is_named(autoencoder, tmp_path):
     with small_disk(tmp_path / "disk", "1m") as disk:
-        events = tensorboard.RunEvents(disk / "tb", Metrics())
+        events = runevents.RunEvents(disk / "tb", Metrics())
         with open(disk / "filler", "wb", buffering=0) as filler, pytest.raises(OSError):
             while True:
                 filler.write(b"\0" * 65536)

@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
 from caffetool import track
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
 from caffetool.runs import metrics_io
 from caffetool.track import live
 from caffetool.train import session

@@ -20,7 +20,7 @@ from caffetool.data import fetch
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.engine import EngineInfo
 from caffetool.errors import ConfigError
-from caffetool.nets import solver
+from caffetool.nets import solvers
 from caffetool.runs import metrics_io, snapshots
 from caffetool.runs.logparse import parse_file
 from caffetool.train import devices, session
@@ -345,7 +345,7 @@ def test_invalid_run_name(data_dir, tmp_path):
 @pytest.mark.engine
 def test_solver_options_reach_the_run(data_dir, tmp_path):
     request = session.TrainRequest(dataset="fashion-mnist", data_dir=data_dir, runs_dir=tmp_path, name="adam",
-                                   options=solver.SolverOptions(type="Adam", max_iter=20, test_interval=20,
+                                   options=solvers.SolverOptions(type="Adam", max_iter=20, test_interval=20,
                                                                 test_iter=2, display=10))
     from caffetool.engine import locate
 

@@ -41,9 +41,9 @@ def train_net(caffe: Any, name: str, batch: int) -> tuple[Any, tuple[int, int, i
         net = with_data_layers(pb, memory_nets.resnet50(caffe, batch, size=224, classes=1000), batch)
         shape, classes = (3, 224, 224), 1000
     else:
-        from caffetool.memory import netsource as memory_nets_source  # noqa: PLC0415
+        from caffetool.memory import netsource  # noqa: PLC0415
 
-        source = memory_nets_source.load(caffe, name, None, batch=batch, test_batch=batch)
+        source = netsource.load(caffe, name, None, batch=batch, test_batch=batch)
         net, shape, classes = source.net, source.input_shape, source.num_classes
     for layer in net.layer:
         if layer.type == "Data":
@@ -68,10 +68,10 @@ def with_data_layers(pb: Any, net: Any, batch: int) -> Any:
 
 def lenet(caffe: Any) -> Any:
     """caffetool's LeNet (BVLC's ``lenet_train_test.prototxt``) reading ``@DATA@/{train,test}_lmdb``."""
-    from caffetool.memory import netsource as memory_nets_source  # noqa: PLC0415
+    from caffetool.memory import netsource  # noqa: PLC0415
 
     pb = caffe.proto.caffe_pb2
-    net = memory_nets_source.load(caffe, "lenet", None, batch=64, test_batch=100).net
+    net = netsource.load(caffe, "lenet", None, batch=64, test_batch=100).net
     for layer in net.layer:
         if layer.type == "Data":
             split = "train" if layer.include[0].phase == pb.TRAIN else "test"

@@ -32,14 +32,14 @@ WHEELS = ("zstandard==0.25.0", "platformdirs==4.14.8", "lmdb==3.0.0", "pyelftool
 
 def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, say=print) -> None:
     """Write ``out/common``, ``out/data`` and (given a kept test suite) ``out/gtest``."""
-    from caffetool.engine import bundle, import_caffe, locate
+    from caffetool.engine import bundles, import_caffe, locate
 
     caffe = import_caffe(locate(prefix, probe=False))  # the nets are written by the engine they run on
     if out.exists():
         shutil.rmtree(out)
     common = out / "common"
     (common / "nets").mkdir(parents=True)
-    made = bundle.make(prefix, common / "engine.tar.zst")
+    made = bundles.make(prefix, common / "engine.tar.zst")
     cuda = made.cuda or {}
     say(f"bundle: {made.size / 2**20:.1f} MiB, CUDA {cuda.get('major')}, built against {cuda.get('built_against')}")
     write_nets(caffe, common / "nets")

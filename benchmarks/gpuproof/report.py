@@ -56,18 +56,18 @@ def estimates(names: list[tuple[str, int]], r: dict) -> dict[str, dict[str, int]
     (``caffe``), cuDNN on with the workspace as the record logged it (``cudnn``) and as modelled
     without a log (``cudnn_model``)."""
     from caffetool.engine import import_caffe, locate
-    from caffetool.memory import estimate as est
+    from caffetool.memory import estimator
 
     caffe = import_caffe(locate(probe=False))
     limit = workspace_limit(r)
     out = {}
     for name, batch in names:
         net, shape, _ = proof_nets.train_net(caffe, name, batch)
-        options = est.Options(mode="gpu", solver="SGD", input_shape=shape, cudnn_workspace_mb=limit)
+        options = estimator.Options(mode="gpu", solver="SGD", input_shape=shape, cudnn_workspace_mb=limit)
         logged = logged_needs(r.get(f"memory_{name}_cudnn", {}))
-        out[name] = {"cudnn": est.estimate(net, replace(options, cudnn=True, cudnn_choices=logged)).total,
-                     "caffe": est.estimate(net, options).total,
-                     "cudnn_model": est.estimate(net, replace(options, cudnn=True)).total}
+        out[name] = {"cudnn": estimator.estimate(net, replace(options, cudnn=True, cudnn_choices=logged)).total,
+                     "caffe": estimator.estimate(net, options).total,
+                     "cudnn_model": estimator.estimate(net, replace(options, cudnn=True)).total}
     return out
 
 

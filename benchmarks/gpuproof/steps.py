@@ -132,7 +132,7 @@ def cudnn_choices(log: Path) -> list[dict]:
 def install(proof: Proof) -> None:
     from importlib import metadata
 
-    from caffetool.engine import bundle
+    from caffetool.engine import bundles
 
     archive = proof.payload / "common" / "engine.tar.zst"
 
@@ -140,10 +140,10 @@ def install(proof: Proof) -> None:
         shutil.rmtree(WORK, ignore_errors=True)
         WORK.mkdir(parents=True)
         start = time.perf_counter()
-        done = bundle.install(str(archive), WORK / "engine", link=False, pip=False)
+        done = bundles.install(str(archive), WORK / "engine", link=False, pip=False)
         entry.update(seconds=round(time.perf_counter() - start, 2), notes=done.notes,
                      cuda_libraries=done.engine.manifest["bundle"].get("cuda_libraries"),
-                     patches=done.engine.manifest.get("patches"), built_against=bundle.read_manifest(archive)["cuda"])
+                     patches=done.engine.manifest.get("patches"), built_against=bundles.read_manifest(archive)["cuda"])
         versions = {}
         for dist in ("nvidia-cudnn-cu13", "nvidia-nccl-cu13", "nvidia-cublas", "nvidia-curand", "nvidia-cuda-runtime"):
             try:

@@ -46,7 +46,7 @@ class FetchResult:
     seconds: float
 
 
-class Source(Protocol):
+class Provider(Protocol):
     """Somewhere a data file may be had."""
 
     given: bool  # named by the user (--source): every file not taken from it is mentioned
@@ -218,9 +218,9 @@ def _manifest(spec: DatasetSpec, backend: str, splits: dict, files: dict, second
 
 def sources(spec: DatasetSpec, source: str | None = None, timeout: float = download.DEFAULT_TIMEOUT,
             progress: bool = True, say: Callable[[str], None] = print,
-            mirrors: tuple[str, ...] | None = None) -> list[Source]:
+            mirrors: tuple[str, ...] | None = None) -> list[Provider]:
     """Where ``spec``'s files are looked for, in order (the verified cache comes before all)."""
-    found: list[Source] = []
+    found: list[Provider] = []
     if source and "://" in source:
         found.append(Url(source, timeout, progress, given=True))
     elif source:
@@ -255,7 +255,7 @@ def _cached(cache: Path, f: IdxFile, verified: dict[str, dict]) -> dict | None:
     return None
 
 
-def _obtain_file(spec: DatasetSpec, f: IdxFile, cache: Path, tried: list[Source],
+def _obtain_file(spec: DatasetSpec, f: IdxFile, cache: Path, tried: list[Provider],
                  verified: dict[str, dict], say: Callable[[str], None]) -> dict:
     """Try each source in turn for ``f``; the first verified copy enters the cache."""
     target = cache / f.name

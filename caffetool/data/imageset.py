@@ -62,7 +62,7 @@ SHOWN_SKIPS = 10  # skipped files named one by one; the rest are counted (all ar
 
 
 @dataclass(frozen=True)
-class Entry:
+class ListEntry:
     """One line of a list: a path relative to ROOT and its label."""
 
     path: str
@@ -70,7 +70,7 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Options:
+class ImagesetFlags:
     """``convert_imageset``'s flags that shape the records."""
 
     resize_height: int = 0
@@ -117,7 +117,7 @@ class BuildResult:
     classes: list[str]
 
 
-def read_list(path: Path) -> list[Entry]:
+def read_list(path: Path) -> list[ListEntry]:
     """The entries of Caffe's list file; a line without a whole-number label names its line number."""
     try:
         text = path.read_text()
@@ -129,7 +129,7 @@ def read_list(path: Path) -> list[Entry]:
             continue
         name, _, label = line.rstrip().rpartition(" ")
         try:
-            entries.append(Entry(name, int(label)))
+            entries.append(ListEntry(name, int(label)))
         except ValueError:
             raise DataError(f"{path}:{number}: expected `PATH LABEL`, got {line!r}") from None
         if not name:
@@ -142,7 +142,7 @@ def read_list(path: Path) -> list[Entry]:
     return entries
 
 
-def scan_folder(root: Path) -> tuple[list[Entry], list[str], list[tuple[str, str]]]:
+def scan_folder(root: Path) -> tuple[list[ListEntry], list[str], list[tuple[str, str]]]:
     """Every file under ROOT's class folders (sorted), labelled by its folder's place in sorted order;
     and what was passed over with why (a link to nothing, a FIFO, a folder named like an image)."""
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
@@ -153,7 +153,7 @@ def scan_folder(root: Path) -> tuple[list[Entry], list[str], list[tuple[str, str
         for file in sorted((root / name).rglob("*")):
             relative = file.relative_to(root).as_posix()
             if file.is_file():
-                entries.append(Entry(relative, label))
+                entries.append(ListEntry(relative, label))
             elif file.is_dir():
                 if file.suffix.lower() in IMAGE_SUFFIXES:
                     passed.append((relative, "a folder named like an image (its files are read)"))
@@ -176,7 +176,7 @@ def _not_a_file(path: Path) -> str:
     return f"{names.get(kind, 'not a regular file')}, not an image file"
 
 
-def order(entries: Sequence[Entry], shuffle: bool, seed: int, val_fraction: float) -> dict[str, list[Entry]]:
+def order(entries: Sequence[ListEntry], shuffle: bool, seed: int, val_fraction: float) -> dict[str, list[ListEntry]]:
     """The lists each database is written from: shuffled with ``seed``, then split off ``val_fraction``."""
     lines = list(entries)
     rng = random.Random(seed)
@@ -193,7 +193,7 @@ def order(entries: Sequence[Entry], shuffle: bool, seed: int, val_fraction: floa
 
 
 @dataclass(frozen=True)
-class Record:
+class ImageRecord:
     """One image as a database record: the serialised Datum, the image's shape, and what is wrong
     with a file that was stored anyway (a truncated JPEG, which OpenCV decodes with its end gray)."""
 
@@ -202,13 +202,13 @@ class Record:
     damage: str | None = None
 
 
-def source_file(root: Path, entry: Entry) -> Path:
+def source_file(root: Path, entry: ListEntry) -> Path:
     """The file of ``entry`` as ``convert_imageset`` names it: ROOT and the list's path joined as text,
     so an absolute path in the list stays under ROOT (``ROOT//abs/path``), as Caffe's does."""
     return Path(f"{root}/{entry.path}")
 
 
-def record(root: Path, entry: Entry, options: Options) -> Record:
+def record(root: Path, entry: ListEntry, options: ImagesetFlags) -> ImageRecord:
     """The record Caffe's ``ReadImageToDatum`` makes of ``entry``; DataError if it cannot be read, or
     if its header says it would decode past :data:`MAX_RECORD_BYTES` bytes."""
     import cv2  # noqa: PLC0415 - OpenCV only where images are read
@@ -241,10 +241,10 @@ def record(root: Path, entry: Entry, options: Options) -> Record:
     planes = image.reshape(image.shape[0], image.shape[1], -1)
     shape = (planes.shape[2], planes.shape[0], planes.shape[1])
     if not options.is_encoded:
-        return Record(datum.encode(planes.transpose(2, 0, 1).tobytes(), entry.label, False, shape), shape, damage)
+        return ImageRecord(datum.encode(planes.transpose(2, 0, 1).tobytes(), entry.label, False, shape), shape, damage)
     encoding = options.encode_type or entry.path.rpartition(".")[2].lower()
     if _keeps_file(entry.path, encoding, shape[0], options):
-        return Record(datum.encode(data, entry.label, True), shape, damage)
+        return ImageRecord(datum.encode(data, entry.label, True), shape, damage)
     try:
         ok, buffer = cv2.imencode(f".{encoding}", image)
     except cv2.error:
@@ -252,17 +252,17 @@ def record(root: Path, entry: Entry, options: Options) -> Record:
     if not ok:
         raise ConfigError(f"{file}: OpenCV cannot encode .{encoding} images; pass --encode-type "
                           f"({', '.join(ENCODE_TYPES)})")
-    return Record(datum.encode(np.asarray(buffer).tobytes(), entry.label, True), shape, damage)
+    return ImageRecord(datum.encode(np.asarray(buffer).tobytes(), entry.label, True), shape, damage)
 
 
-def _keeps_file(path: str, encoding: str, channels: int, options: Options) -> bool:
+def _keeps_file(path: str, encoding: str, channels: int, options: ImagesetFlags) -> bool:
     """Caffe's test for storing the file's own bytes: right channels, not resized, extension matches."""
     ext = path.rpartition(".")[2].lower()
     matches = ext == encoding or (encoding == "jpg" and ext == "jpeg")
     return (channels == 3) == (not options.gray) and not options.resize_height and matches
 
 
-def write_db(root: Path, entries: Sequence[Entry], out: Path, options: Options, strict: bool = False,
+def write_db(root: Path, entries: Sequence[ListEntry], out: Path, options: ImagesetFlags, strict: bool = False,
              say: Callable[[str], None] = print, progress: bool = False, desc: str = "") -> Split:
     """Write ``entries`` as ``convert_imageset ROOT/ LIST OUT`` with ``options`` would; ``out`` must not exist.
 
@@ -300,12 +300,12 @@ def write_db(root: Path, entries: Sequence[Entry], out: Path, options: Options, 
     if split.count < len(split.skipped):
         first, why = split.skipped[0]
         raise DataError(f"{len(split.skipped):,} of the {len(entries):,} files listed for {out.name} could not be "
-                        f"read (the first: {source_file(root, Entry(first, 0))}: {why}); check that the paths are "
+                        f"read (the first: {source_file(root, ListEntry(first, 0))}: {why}); check that the paths are "
                         f"relative to {root}")
     return split
 
 
-def _passed_over(passed: list[tuple[str, str]], root: Path, entry: Entry, why: str, strict: bool,
+def _passed_over(passed: list[tuple[str, str]], root: Path, entry: ListEntry, why: str, strict: bool,
                  say: Callable[[str], None], kind: str) -> None:
     """Name a file that was skipped (or stored though damaged), or refuse it with ``strict``."""
     if strict:
@@ -317,7 +317,7 @@ def _passed_over(passed: list[tuple[str, str]], root: Path, entry: Entry, why: s
     passed.append((entry.path, why))
 
 
-def check_sizes(splits: dict[str, Split], options: Options, root: Path) -> None:
+def check_sizes(splits: dict[str, Split], options: ImagesetFlags, root: Path) -> None:
     """Refuse images of different sizes unless ``mixed_sizes``: Caffe's Data layer batches images of
     one size, and a net that does not crop them fails at its first batch of mixed ones."""
     shapes: dict[tuple[int, int, int], int] = {}
@@ -335,7 +335,7 @@ def check_sizes(splits: dict[str, Split], options: Options, root: Path) -> None:
                         "data layer crops them to one size)")
 
 
-def _progress(entries: Sequence[Entry], progress: bool, desc: str) -> Iterator[tuple[int, Entry]]:
+def _progress(entries: Sequence[ListEntry], progress: bool, desc: str) -> Iterator[tuple[int, ListEntry]]:
     if not progress:
         yield from enumerate(entries)
         return
@@ -344,7 +344,7 @@ def _progress(entries: Sequence[Entry], progress: bool, desc: str) -> Iterator[t
     yield from tqdm(enumerate(entries), total=len(entries), unit="img", desc=desc, leave=False, disable=None)
 
 
-def build(root: Path, out: Path, options: Options, list_file: Path | None = None, shuffle: bool = False,
+def build(root: Path, out: Path, options: ImagesetFlags, list_file: Path | None = None, shuffle: bool = False,
           seed: int = 0, val_fraction: float = 0.0, strict: bool = False, force: bool = False,
           say: Callable[[str], None] = print, progress: bool = False) -> BuildResult:
     """Write the data set folder ``out``: databases, the lists they hold, labels.txt and manifest.json."""

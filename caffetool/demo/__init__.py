@@ -1,4 +1,4 @@
-"""The classification demo: a model loaded once (:mod:`.classifier`), uploads checked from their
-header (:mod:`caffetool.data.imageheader`) and preprocessed with OpenCV (:mod:`.preprocess`), an HTTP server with
-a page and a JSON API (:mod:`.server`, :mod:`.multipart`) whose connections have deadlines
-(:mod:`.protocol`), started by :mod:`.serving`."""
+"""The demo server: an HTTP page and JSON API (:mod:`.webapp`, uploads read by :mod:`.multipart`),
+the Open Inference Protocol's routes (:mod:`.v2`, messages in :mod:`.oip`), connections with
+deadlines (:mod:`.protocol`), started by :mod:`.launcher`. The models it serves are
+:mod:`caffetool.serving`'s; the run it shows, :mod:`caffetool.runpage`'s."""

@@ -27,15 +27,14 @@ from starlette.applications import Starlette
 
 from caffetool import proc
 from caffetool.choices import PORT
-from caffetool.demo import classifier as demo_classifier
-from caffetool.demo import repository
-from caffetool.demo.batcher import Batching
-from caffetool.demo.catalog import Model
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
 from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.inference import modelfiles
+from caffetool.serving import classifier, repository
+from caffetool.serving.batcher import Batching
+from caffetool.serving.catalog import ServedModel
 from caffetool.train.devices import CPU, PycaffeDevice
 
 CONFIG_VARIABLE = "CAFFETOOL_DEMO_CONFIG"
@@ -69,18 +68,18 @@ def serve(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str
 
 
 def _models(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str, device: PycaffeDevice,
-            validate: bool = True) -> demo_classifier.Classifier | list[Model]:
+            validate: bool = True) -> classifier.Classifier | list[ServedModel]:
     if isinstance(source, Path):
         return repository.load(engine, source, backend, device, validate)
-    return demo_classifier.load(engine, source, backend, validate=validate, device=device)
+    return classifier.load(engine, source, backend, validate=validate, device=device)
 
 
-def _served(models: demo_classifier.Classifier | list[Model], device: PycaffeDevice) -> str:
+def _served(models: classifier.Classifier | list[ServedModel], device: PycaffeDevice) -> str:
     """What the server serves, in a few words: ``lenet (caffe, CPU)``, or for a repository
     ``lenet versions 1, 2 (caffe), shirts version 1 (onnxruntime); CPU``."""
-    if isinstance(models, demo_classifier.Classifier):
+    if isinstance(models, classifier.Classifier):
         return f"{models.name} ({models.backend}, {device.label})"
-    versions: dict[str, list[Model]] = {}
+    versions: dict[str, list[ServedModel]] = {}
     for m in models:
         versions.setdefault(m.name, []).append(m)
     listed = [f"{name} version{'s' if len(ms) > 1 else ''} {', '.join(m.version for m in ms)} "

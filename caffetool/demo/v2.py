@@ -24,9 +24,9 @@ from starlette.routing import Route
 
 from caffetool import __version__
 from caffetool.demo import oip
-from caffetool.demo.batcher import Batcher, off_loop, unless_left
-from caffetool.demo.catalog import Catalog, Served
-from caffetool.demo.classifier import Classifier
+from caffetool.serving.batcher import Batcher, off_loop, unless_left
+from caffetool.serving.catalog import Catalog, Served
+from caffetool.serving.classifier import Classifier
 
 IMAGE = "image"
 EXTENSIONS = ["classification", "binary_tensor_data"]

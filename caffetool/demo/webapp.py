@@ -38,14 +38,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from caffetool.demo import examples, multipart, runpage, v2
-from caffetool.demo.batcher import Batching, ClientLeft, QueueFull, off_loop, unless_left
-from caffetool.demo.catalog import DEFAULT_VERSION, Catalog, Model, NoSuchModel, Served
-from caffetool.demo.classifier import Classifier, NoVisualizations
-from caffetool.demo.metrics import Counting, Metrics
-from caffetool.demo.runview import DamagedRun, NoRun, NoSuchImage, RunView
+from caffetool.demo import multipart, v2
 from caffetool.errors import CaffetoolError, ConfigError, DataError, ImageError, NetError, RunError
 from caffetool.inference.preprocess import BadImage, NotAnImage
+from caffetool.runpage import examples, runpage
+from caffetool.runpage.runview import DamagedRun, NoRun, NoSuchImage, RunView
+from caffetool.serving.batcher import Batching, ClientLeft, QueueFull, off_loop, unless_left
+from caffetool.serving.catalog import DEFAULT_VERSION, Catalog, NoSuchModel, Served, ServedModel
+from caffetool.serving.classifier import Classifier, NoVisualizations
+from caffetool.serving.telemetry import Counting, ServerMetrics
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 MAX_FILES = 32  # images one classify request may carry
@@ -89,14 +90,14 @@ SERVER_FOLDERS = re.compile(r"(?<![\w.~])/(?:[^\s/'\"]+/)+")  # the folders of a
 UPLOAD_ERRORS = (BodyTooLarge, multipart.TooManyFiles, NotAnImage, BadImage, multipart.BadMultipart)
 
 
-def create_app(models: Classifier | list[Model], max_body: int = DEFAULT_MAX_BODY,
+def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_MAX_BODY,
                caffe_pb2: ModuleType | None = None, batching: Batching = Batching()) -> Starlette:
     """The app serving ``models`` (one classifier: version 1 of its name); a run's test set is offered
     as examples when ``caffe_pb2`` is given. Each model's forward passes, the page's and the
     protocol's, go through its one :class:`.batcher.Batcher`."""
-    metrics = Metrics()
+    metrics = ServerMetrics()
     if isinstance(models, Classifier):
-        models = [Model(models.name, DEFAULT_VERSION, models)]
+        models = [ServedModel(models.name, DEFAULT_VERSION, models)]
     catalog = Catalog(models, batching, metrics, caffe_pb2)
     page = resources.files("caffetool.demo").joinpath("page.html").read_text()
 

@@ -36,12 +36,12 @@ MISSES = ("cache_miss",)
 
 
 @dataclass
-class Counts:
+class CacheCounts:
     hits: int = 0
     misses: int = 0
 
-    def __sub__(self, other: Counts) -> Counts:
-        return Counts(self.hits - other.hits, self.misses - other.misses)
+    def __sub__(self, other: CacheCounts) -> CacheCounts:
+        return CacheCounts(self.hits - other.hits, self.misses - other.misses)
 
 
 def found() -> str | None:
@@ -67,11 +67,11 @@ def environment(staging: Path, base: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
-def counts(ccache: str) -> Counts:
+def counts(ccache: str) -> CacheCounts:
     """ccache's running totals of hits and misses (read twice: the difference is one build's)."""
     try:
         out = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
-        return Counts()
+        return CacheCounts()
     values = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\t(\d+)$", out, re.M)}
-    return Counts(sum(values.get(k, 0) for k in HITS), sum(values.get(k, 0) for k in MISSES))
+    return CacheCounts(sum(values.get(k, 0) for k in HITS), sum(values.get(k, 0) for k in MISSES))

@@ -51,24 +51,24 @@ def thread_counts(cores: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class SuitePlan:
     """Which tests run, and on how many threads."""
 
     test_filter: str
     threads: tuple[int, ...]
 
 
-def plan(cuda: bool, openmp: bool, gpu_visible: bool) -> Plan:
+def plan(cuda: bool, openmp: bool, gpu_visible: bool) -> SuitePlan:
     """A CPU build: its CPU tests, on one thread and on several where its layers are parallel. A CUDA
     build (serial CPU layers): every test where a GPU is visible, its CPU half where none is."""
     counts = thread_counts(cpu_threads.available()) if openmp else (1,)
     if not cuda:
-        return Plan(CPU_FILTER, counts)
-    return Plan("" if gpu_visible else CUDA_BUILD_CPU_FILTER, (1,))
+        return SuitePlan(CPU_FILTER, counts)
+    return SuitePlan("" if gpu_visible else CUDA_BUILD_CPU_FILTER, (1,))
 
 
 def run(tree: Path, build_dir: Path, jobs: int, log: Path, env: dict[str, str],
-        how: Plan | None = None) -> list[SuiteRun]:
+        how: SuitePlan | None = None) -> list[SuiteRun]:
     """Build the suite in ``build_dir`` and run it from ``tree`` as ``how`` says (default: a CPU
     build's tests on one thread and on several)."""
     how = how or plan(cuda=False, openmp=True, gpu_visible=False)

@@ -27,7 +27,7 @@ from caffetool.errors import DataError, RunError
 from caffetool.evaluation import forward, metrics, writeup
 from caffetool.inference import records
 from caffetool.nets import state, testnets
-from caffetool.runs import labels, snapshots
+from caffetool.runs import labelfile, snapshots
 from caffetool.runs.folder import RunFolder
 from caffetool.train import final_test
 from caffetool.train.devices import CPU, PycaffeDevice
@@ -61,7 +61,7 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     src = records.source(run_dir, split, pb2)
     accuracy = accuracy_blobs(src.test_net.net) if src.test_net else {}
     net = forward.load(engine, RunFolder(run_dir).deploy, weights, backend, score=accuracy.get(1, (None,))[0], device=device)
-    names = labels.read_if_there(RunFolder(run_dir).labels)
+    names = labelfile.read_if_there(RunFolder(run_dir).labels)
     total = db.count(src.path)
     size = batch_size or src.batch_size
     start = time.monotonic()
@@ -102,7 +102,7 @@ def _forward_all(net: forward.DeployNet, src: records.Source, pb2: ModuleType,
             scores, probs = net(batch.blob)
             if tally is None:
                 forward.check_classifier(probs, len(names) if names is not None else None, deploy)
-                tally = metrics.Tally(probs.shape[1], labels.top_k(top, probs.shape[1]))
+                tally = metrics.Tally(probs.shape[1], labelfile.top_k(top, probs.shape[1]))
             tally.add(batch.labels, scores, probs)
             keys += batch.keys
             bar.update(len(batch.keys))

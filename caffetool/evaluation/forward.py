@@ -22,7 +22,7 @@ from caffetool.choices import choose
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.nets import check, prototxt
-from caffetool.runs import labels
+from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
 from caffetool.train.devices import CPU, PycaffeDevice
 
@@ -146,7 +146,7 @@ def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,
 def check_classifier(probs: np.ndarray, classes: int | None, deploy: Path) -> None:
     """Refuse an output that is not one probability per class: non-negative, summing to 1."""
     if classes is not None and probs.shape[1] != classes:
-        raise NetError(f"{deploy} outputs {probs.shape[1]} values per image for {classes} classes in {labels.FILE}; "
+        raise NetError(f"{deploy} outputs {probs.shape[1]} values per image for {classes} classes in {labelfile.FILE}; "
                        "it is no classifier of these labels")
     sums = probs.sum(axis=1)
     if probs.min() < 0 or np.abs(sums - 1).max() > SUM_TOLERANCE:

@@ -2,7 +2,7 @@
 
 The order of work is the order of trust: refuse layers ONNX cannot hold (by name and reason), let
 Caffe build the net with the weights in a child (a corrupt file or the weights of another net abort
-Caffe there, not here), convert (:mod:`.convert`), let ``onnx.checker`` check the model with its
+Caffe there, not here), convert (:mod:`.onnxnet`), let ``onnx.checker`` check the model with its
 shape inference, run it beside pycaffe on the run's test images or on drawn images
 (:mod:`.verify`), and only then write the model and its record (``export.json``: per-layer errors,
 top-1 agreement, sha256s of deploy, weights and model, versions). A model past the tolerance is
@@ -27,11 +27,11 @@ from caffetool import __version__, fsio
 from caffetool.checksum import sha256_file
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, DataError, ExportError, RunError
-from caffetool.export import convert, inputs, preprocessing, runtime, verify
+from caffetool.export import inputs, onnxnet, preprocessing, runtime, verify
 from caffetool.inference import modelfiles
-from caffetool.nets import check as net_check
 from caffetool.nets import prototxt
-from caffetool.runs import labels as label_file
+from caffetool.nets.check import validate
+from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
 
 MODEL, RECORD = "model.onnx", "export.json"  # an export folder's files
@@ -73,7 +73,7 @@ def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None
     _check_target(request)
     caffe, net_param, net = _load(engine, request.files)
     labels = _labels(request.files)
-    converted = convert.convert(net_param, net, request.opset, request.batch, _name(request.files))
+    converted = onnxnet.convert(net_param, net, request.opset, request.batch, _name(request.files))
     caffe_input, onnx_input = _io_names(converted, request.with_preprocessing)
     p = _preprocessing(caffe, request.files, net_param, onnx_input)
     model = _finished(converted, p, labels, request)
@@ -90,9 +90,9 @@ def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None
 
 def _check_opset(opset: int) -> None:
     newest = onnx.defs.onnx_opset_version()
-    if not convert.MIN_OPSET <= opset <= newest:
-        raise ConfigError(f"--opset {opset} is outside {convert.MIN_OPSET}..{newest} (the onnx package here "
-                          f"knows opsets up to {newest}; the export needs {convert.MIN_OPSET} or later)")
+    if not onnxnet.MIN_OPSET <= opset <= newest:
+        raise ConfigError(f"--opset {opset} is outside {onnxnet.MIN_OPSET}..{newest} (the onnx package here "
+                          f"knows opsets up to {newest}; the export needs {onnxnet.MIN_OPSET} or later)")
 
 
 def _check_target(request: ExportRequest) -> None:
@@ -132,8 +132,8 @@ def _load(engine: EngineInfo, files: modelfiles.ModelFiles) -> tuple[Any, Any, A
         if not Path(path).is_file():
             raise (RunError if files.run else ConfigError)(f"{what} {path} not found")
     net_param = prototxt.read(files.deploy, caffe.proto.caffe_pb2.NetParameter())
-    convert.refusals(net_param)
-    net_check.validate(engine, Path(files.deploy).parent, deploy=[Path(files.deploy).name],
+    onnxnet.refusals(net_param)
+    validate(engine, Path(files.deploy).parent, deploy=[Path(files.deploy).name],
                    weights=str(Path(files.weights).absolute()))
     caffe.set_mode_cpu()
     net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
@@ -141,14 +141,14 @@ def _load(engine: EngineInfo, files: modelfiles.ModelFiles) -> tuple[Any, Any, A
 
 
 def _labels(files: modelfiles.ModelFiles) -> list[str] | None:
-    return label_file.read(Path(files.labels)) if files.labels and Path(files.labels).is_file() else None
+    return labelfile.read(Path(files.labels)) if files.labels and Path(files.labels).is_file() else None
 
 
 def _name(files: modelfiles.ModelFiles) -> str:
     return files.run.name if files.run else Path(files.weights).stem
 
 
-def _io_names(converted: convert.Converted, with_preprocessing: bool) -> tuple[str, str | None]:
+def _io_names(converted: onnxnet.Converted, with_preprocessing: bool) -> tuple[str, str | None]:
     """(the Caffe input images go to, the model's input for them); None when the net takes no images."""
     images = [name for name, shape in converted.inputs.items() if len(shape) == 3]
     if len(converted.inputs) != 1 or not images:
@@ -158,13 +158,13 @@ def _io_names(converted: convert.Converted, with_preprocessing: bool) -> tuple[s
     return images[0], preprocessing.IMAGE_INPUT if with_preprocessing else images[0]
 
 
-def _finished(converted: convert.Converted, p: preprocessing.Preprocessing | None, labels: list[str] | None,
+def _finished(converted: onnxnet.Converted, p: preprocessing.Preprocessing | None, labels: list[str] | None,
               request: ExportRequest) -> onnx.ModelProto:
     """The model as written: metadata, the preprocessing in the graph when asked, checked by onnx."""
     model = converted.model
     if request.with_preprocessing:
         model = preprocessing.prepend(model, next(iter(converted.inputs)), p,
-                                      request.batch if request.batch is not None else convert.DYNAMIC_BATCH)
+                                      request.batch if request.batch is not None else onnxnet.DYNAMIC_BATCH)
     props = {**(p.metadata() if p else {}),
              preprocessing.IN_GRAPH: str(request.with_preprocessing).lower()}
     if labels is not None:
@@ -178,7 +178,7 @@ def _finished(converted: convert.Converted, p: preprocessing.Preprocessing | Non
     return model
 
 
-def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: convert.Converted, net_param: Any,
+def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converted, net_param: Any,
            p: preprocessing.Preprocessing | None, caffe_input: str, onnx_input: str | None,
            request: ExportRequest) -> tuple[str, Iterator[inputs.Feeds]]:
     size = request.batch or VERIFY_BATCH
@@ -214,7 +214,7 @@ def _peeked(items: Iterator) -> Iterator:
     return chained()
 
 
-def _other_feeds(converted: convert.Converted, net_param: Any, count: int, size: int) -> Iterator[inputs.Feeds]:
+def _other_feeds(converted: onnxnet.Converted, net_param: Any, count: int, size: int) -> Iterator[inputs.Feeds]:
     embeds = {layer.bottom[0]: layer.embed_param.input_dim for layer in net_param.layer if layer.type == "Embed"}
     rng = np.random.default_rng(inputs.SEED)
     for start in range(0, count, size):
@@ -223,7 +223,7 @@ def _other_feeds(converted: convert.Converted, net_param: Any, count: int, size:
         yield feeds, feeds
 
 
-def _record(engine: EngineInfo, request: ExportRequest, model: onnx.ModelProto, converted: convert.Converted,
+def _record(engine: EngineInfo, request: ExportRequest, model: onnx.ModelProto, converted: onnxnet.Converted,
             result: verify.Verification, p: preprocessing.Preprocessing | None, seconds: dict) -> dict:
     import onnxruntime  # noqa: PLC0415
 
@@ -277,7 +277,7 @@ def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, to
     model = runtime.read_model(model_path)
     first = model.graph.input[0].type.tensor_type.shape.dim[0] if model.graph.input else None
     batch = first.dim_value if first is not None and first.dim_value else None
-    converted = convert.convert(net_param, net, model.opset_import[0].version, batch, _name(files))
+    converted = onnxnet.convert(net_param, net, model.opset_import[0].version, batch, _name(files))
     missing = [name for c in converted.compared for _, name in c.outputs
                if name not in {t for node in model.graph.node for t in node.output}]
     if missing:

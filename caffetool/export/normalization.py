@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from caffetool.export.caffelayer import Layer
-from caffetool.export.graph import Graph
+from caffetool.export.onnxgraph import OnnxGraph
 
 ACROSS_CHANNELS = 0  # LRNParameter.NormRegion
 
 
-def lrn(g: Graph, l: Layer) -> None:
+def lrn(g: OnnxGraph, l: Layer) -> None:
     p = l.param.lrn_param
     if p.norm_region == ACROSS_CHANNELS:
         g.op1("LRN", [l.bottoms[0]], l.name, l.tops[0], size=p.local_size, alpha=float(p.alpha),
@@ -32,7 +32,7 @@ def lrn(g: Graph, l: Layer) -> None:
     g.op1("Mul", [l.bottoms[0], scale], l.name, l.tops[0])
 
 
-def batch_norm(g: Graph, l: Layer) -> None:
+def batch_norm(g: OnnxGraph, l: Layer) -> None:
     """Caffe's stored mean and variance are sums scaled by the factor in its third blob."""
     p = l.param.batch_norm_param
     if p.HasField("use_global_stats") and not p.use_global_stats:
@@ -49,7 +49,7 @@ def batch_norm(g: Graph, l: Layer) -> None:
           l.name, l.tops[0], epsilon=float(p.eps))
 
 
-def mvn(g: Graph, l: Layer) -> None:
+def mvn(g: OnnxGraph, l: Layer) -> None:
     """Caffe's MVN reads its bottom as (num, channels, height, width) and shapes its top so: a 2-D or
     3-D bottom is reshaped first, which also makes each channel of a 2-D one a row of its own."""
     p = l.param.mvn_param

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from caffetool.errors import ExportError
-from caffetool.export.graph import Graph, tensor
+from caffetool.export.onnxgraph import OnnxGraph, tensor
 
 IMAGE_INPUT = "image"
 PREPROCESSING, MEAN_IMAGE, LABELS, IN_GRAPH = ("caffetool.preprocessing", "caffetool.mean_image", "caffetool.labels",
@@ -105,7 +105,7 @@ class Preprocessing:
 def prepend(model: onnx.ModelProto, input_name: str, p: Preprocessing, batch: int | str) -> onnx.ModelProto:
     """A copy of ``model`` that takes images (:data:`IMAGE_INPUT`, N x H x W x C in [0, 1]) and makes
     ``input_name`` from them with the Transformer's steps."""
-    g = Graph(model.opset_import[0].version)
+    g = OnnxGraph(model.opset_import[0].version)
     for value in [*model.graph.input, *model.graph.initializer, *model.graph.node]:
         g.claim(value.name)
     x = g.op1("Transpose", [g.claim(IMAGE_INPUT)], "preprocess", perm=[0, 3, 1, 2])

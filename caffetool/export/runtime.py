@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 
 from caffetool.errors import ExportError
-from caffetool.export.graph import tensor
+from caffetool.export.onnxgraph import tensor
 
 PROVIDERS = ["CPUExecutionProvider"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from caffetool.export.caffelayer import Layer, axis_of
-from caffetool.export.graph import Graph
+from caffetool.export.onnxgraph import OnnxGraph
 from caffetool.nets import geometry
 
 MAX, AVE, STOCHASTIC = 0, 1, 2  # PoolingParameter.PoolMethod
@@ -45,14 +45,14 @@ def _overhang_pads(size: tuple[int, ...], w: geometry.Window) -> list[int]:
             for n, o, k, s, q, d in zip(size, out, w.kernel, w.stride, w.pad, w.dilation)]
 
 
-def convolution(g: Graph, l: Layer) -> None:
+def convolution(g: OnnxGraph, l: Layer) -> None:
     inputs = [l.bottoms[0], g.const(f"{l.name}/weight", l.blobs[0])]
     if l.param.convolution_param.bias_term:
         inputs.append(g.const(f"{l.name}/bias", l.blobs[1]))
     g.op1("Conv", inputs, l.name, l.tops[0], **_conv_attrs(l, transposed=False))
 
 
-def deconvolution(g: Graph, l: Layer) -> None:
+def deconvolution(g: OnnxGraph, l: Layer) -> None:
     """Caffe's weight is (input channels, output channels / group, kernel...), as ConvTranspose's."""
     inputs = [l.bottoms[0], g.const(f"{l.name}/weight", l.blobs[0])]
     if l.param.convolution_param.bias_term:
@@ -60,7 +60,7 @@ def deconvolution(g: Graph, l: Layer) -> None:
     g.op1("ConvTranspose", inputs, l.name, l.tops[0], **_conv_attrs(l, transposed=True))
 
 
-def pooling(g: Graph, l: Layer) -> None:
+def pooling(g: OnnxGraph, l: Layer) -> None:
     p = l.param.pooling_param
     if p.pool == STOCHASTIC:
         raise l.refuse("stochastic pooling at test time weights each window by its values; ONNX has no such "
@@ -82,7 +82,7 @@ def pooling(g: Graph, l: Layer) -> None:
     _past_the_end(g, l, pooled, size, kernel, stride, inside, out)
 
 
-def _pool(g: Graph, l: Layer, size: list[int], kernel: list[int], stride: list[int], pad: list[int],
+def _pool(g: OnnxGraph, l: Layer, size: list[int], kernel: list[int], stride: list[int], pad: list[int],
           out: list[int], top: str | None) -> str:
     """The first ``out`` windows of each axis, each starting in the input, with explicit end pads for
     those that overhang it."""
@@ -106,7 +106,7 @@ def _pool(g: Graph, l: Layer, size: list[int], kernel: list[int], stride: list[i
                            g.ints(f"{l.name}/axes", [2, 3])], l.name, top)
 
 
-def _past_the_end(g: Graph, l: Layer, pooled: str, size: list[int], kernel: list[int], stride: list[int],
+def _past_the_end(g: OnnxGraph, l: Layer, pooled: str, size: list[int], kernel: list[int], stride: list[int],
                   inside: list[int], out: list[int]) -> None:
     """The windows of an unpadded input that start past its end (a stride longer than the kernel):
     Caffe's max over nothing stays at its initial ``-FLT_MAX``; its average divides a sum of nothing

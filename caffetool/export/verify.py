@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from caffetool.export.convert import Converted
+from caffetool.export.onnxnet import Converted
 
 
 @dataclass

@@ -55,7 +55,7 @@ def nvml() -> ModuleType:
     return pynvml
 
 
-class Sampler(threading.Thread):
+class MemorySampler(threading.Thread):
     """Memory in use on one GPU, sampled every ``period`` seconds until :meth:`finish`."""
 
     def __init__(self, binding: ModuleType, gpu: int, period: float = PERIOD_S) -> None:
@@ -88,9 +88,9 @@ class Sampler(threading.Thread):
 
 
 @contextmanager
-def sampling(binding: ModuleType, gpu: int) -> Iterator[Sampler]:
-    """A running :class:`Sampler` on an idle ``gpu``, always stopped on the way out."""
-    sampler = Sampler(binding, gpu)
+def sampling(binding: ModuleType, gpu: int) -> Iterator[MemorySampler]:
+    """A running :class:`MemorySampler` on an idle ``gpu``, always stopped on the way out."""
+    sampler = MemorySampler(binding, gpu)
     busy = sampler.busy_pids()
     if busy:
         raise RunError(f"GPU {gpu} is in use by process(es) {', '.join(map(str, busy))}; "

@@ -1,7 +1,7 @@
 """What a layer rule returns: its tops' shapes, parameters, compute and the memory it owns.
 
 Shared by every rule module (:mod:`caffetool.memory.vision`, ``neurons``, ``shaping``, ``losses``,
-``recurrent``) and read by :mod:`caffetool.memory.graph` and :mod:`caffetool.memory.estimate`.
+``recurrent``) and read by :mod:`caffetool.memory.netgraph` and :mod:`caffetool.memory.estimator`.
 Caffe's ``SyncedMemory`` allocates on first touch, so every buffer carries the step that first
 touches it; a buffer no step touches costs nothing.
 """

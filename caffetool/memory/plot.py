@@ -9,7 +9,7 @@ from caffetool.errors import ConfigError
 from caffetool.figures import plt, save_figure
 
 if TYPE_CHECKING:
-    from caffetool.memory.estimate import Estimate
+    from caffetool.memory.estimator import Estimate
 
 PARTS = (("param_bytes", "weights"), ("grad_bytes", "weight gradients"), ("history_bytes", "solver history"),
          ("data_bytes", "activations"), ("diff_bytes", "activation gradients"), ("scratch_bytes", "scratch"))

@@ -14,8 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from caffetool.memory import estimate as est
-from caffetool.memory import netsource
+from caffetool.memory import estimator, netsource
 
 MB = 1024**2
 GB = 1024**3
@@ -44,15 +43,15 @@ def published(caffe: Any, models_dir: str | Path | None = None) -> list[Publishe
     loaded = {}
     for name in ("alexnet", "vgg16"):
         s = netsource.load(caffe, name, None, None, models_dir, 128)
-        loaded[name] = (s.net, est.Options(input_shape=s.input_shape, mode="gpu"))
+        loaded[name] = (s.net, estimator.Options(input_shape=s.input_shape, mode="gpu"))
     return figures(loaded)
 
 
-def figures(nets: dict[str, tuple[Any, est.Options]]) -> list[PublishedFigure]:
+def figures(nets: dict[str, tuple[Any, estimator.Options]]) -> list[PublishedFigure]:
     """``nets``: {"alexnet": (net, Options), "vgg16": (net, Options)} for GPU-mode training."""
     out = []
     alex_net, alex_o = nets["alexnet"]
-    alex = est.estimate(alex_net, replace(alex_o, batch=128, mode="gpu", test_net=False))
+    alex = estimator.estimate(alex_net, replace(alex_o, batch=128, mode="gpu", test_net=False))
     out.append(PublishedFigure(
         "AlexNet, batch 128, training", VDNN, "about 1.1 GB", _gb(alex.total),
         f"ours: weights, gradients and momentum {_gb(alex.groups['model'])}, feature maps "
@@ -61,7 +60,7 @@ def figures(nets: dict[str, tuple[Any, est.Options]]) -> list[PublishedFigure]:
         "Caffe's separate gradient blobs, the solver history and the test net"))
     vgg_net, vgg_o = nets["vgg16"]
     for batch, theirs in ((128, "about 14 GB"), (256, "about 28 GB")):
-        v = est.estimate(vgg_net, replace(vgg_o, batch=batch, mode="gpu", test_net=False))
+        v = estimator.estimate(vgg_net, replace(vgg_o, batch=batch, mode="gpu", test_net=False))
         out.append(PublishedFigure(
             f"VGG-16, batch {batch}, training", VDNN, theirs, _gb(v.total),
             f"feature maps {_gb(v.groups['feature maps'])} and gradient maps {_gb(v.groups['gradient maps'])} "

@@ -4,7 +4,7 @@ BVLC Caffe 1.0's ``RecurrentLayer::LayerSetUp`` (recurrent_layer.cpp) makes a wh
 an Input layer (``x``, ``cont``, optionally ``x_static``), the layer's ``FillUnrolledNet``
 (lstm_layer.cpp, rnn_layer.cpp: T copies of the step, the step's weights shared by name) and one
 ``Reduction`` pseudo-loss per output. The estimator accounts that net like any other
-(:mod:`caffetool.memory.estimate`), with three links to the outer net: ``x`` and ``x_static`` share
+(:mod:`caffetool.memory.estimator`), with three links to the outer net: ``x`` and ``x_static`` share
 the layer's bottoms' data and gradients and ``cont`` its data (``Reshape``), the outer top shares
 the inner output's data and gradient, and the inner net's owned parameters are the layer's.
 Surprises: the pseudo-losses (recurrent_layer.cpp:101) never run but their ``Reduction`` sets a

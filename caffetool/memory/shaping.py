@@ -3,7 +3,7 @@ Crop, Tile, Reduction, ArgMax, Filter, Eltwise, BatchReindex, Silence, Parameter
 
 Several of them own no memory at all: Flatten and Reshape (``ShareData`` + ``ShareDiff`` with the
 bottom), a Concat of one input or a Slice into one output, and Split's tops (shared data, own
-gradients — see :mod:`caffetool.memory.graph`). Sources: BVLC Caffe 1.0
+gradients — see :mod:`caffetool.memory.netgraph`). Sources: BVLC Caffe 1.0
 ``src/caffe/layers/<name>_layer.cpp``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from caffetool.memory.info import INSIDE, INT, FORWARD, SETUP, Buffer, LayerInfo, Shape, axis_index, count, field_or
+from caffetool.memory.info import FORWARD, INSIDE, INT, SETUP, Buffer, LayerInfo, Shape, axis_index, count, field_or
 from caffetool.nets import geometry
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from caffetool.memory.estimate import Estimate, Options, Row
-from caffetool.memory.fit import Fit
+from caffetool.memory.estimator import Estimate, Options, Row
+from caffetool.memory.fitting import Fit
 from caffetool.memory.published import PublishedFigure
 
 HEADER = (f"{'layer':<22} {'type':<16} {'top':<18} {'MACC':>13} {'params':>11} {'param MiB':>9} {'grad':>8} "

@@ -20,7 +20,7 @@ from caffetool.choices import count
 from caffetool.data.layout import Dataset
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
-from caffetool.nets import builders, check, prototxt, solver
+from caffetool.nets import builders, check, prototxt, solvers
 from caffetool.nets.declaration import Model
 from caffetool.runs.folder import NAMES
 
@@ -36,7 +36,7 @@ class Generated:
 
 
 def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Path,
-             options: solver.SolverOptions, batch: int | None = None, test_batch: int | None = None,
+             options: solvers.SolverOptions, batch: int | None = None, test_batch: int | None = None,
              net_file: Path | None = None, force: bool = False, validate: bool = True) -> Generated:
     """Write train_val/deploy/solver prototxt for ``model`` (or the user's ``net_file``).
 
@@ -65,7 +65,7 @@ def generate(engine: EngineInfo, model: Model | None, dataset: Dataset, out: Pat
         test_batch = _test_batch(net) or test_batch
         texts[TRAIN_VAL] = prototxt.round_trip(net, str(net_file))
         prefix = f"{SNAPSHOTS}/{net_file.stem}"
-    params = solver.build(caffe, options, TRAIN_VAL, prefix, dataset.count("test"), test_batch)
+    params = solvers.build(caffe, options, TRAIN_VAL, prefix, dataset.count("test"), test_batch)
     texts[SOLVER] = prototxt.round_trip(params, SOLVER)
     return _write_validated(engine, texts, out, force, validate)
 

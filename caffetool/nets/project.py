@@ -29,7 +29,7 @@ from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import DataError, NetError
 from caffetool.nets import prototxt, state
-from caffetool.nets.solver import SolverOptions, check_test_iter
+from caffetool.nets.solvers import SolverOptions, check_test_iter
 from caffetool.proc import run_checked
 from caffetool.runs.folder import RunFolder
 
@@ -244,7 +244,7 @@ def check_deploy(path: Path, caffe_pb2: ModuleType) -> None:
 def check(project: Project, caffe_pb2: ModuleType) -> None:
     """Refuse, naming the solver file and its field, what Caffe would run without training anything
     (``max_iter`` below 1) or while it sits at a test (a ``test_iter`` that reads a test net's
-    database many times over, :func:`caffetool.nets.solver.check_test_iter`); call it after the
+    database many times over, :func:`caffetool.nets.solvers.check_test_iter`); call it after the
     flags are applied (:func:`override`, :func:`set_batches`)."""
     s, where = project.solver, project.source
     if s.max_iter < 1:

@@ -76,17 +76,17 @@ def settle(run_dir: Path) -> runrecord.Manifest:
         return manifest
 
 
-def claim(run_dir: Path) -> runrecord.Manifest:
+def own(run_dir: Path) -> runrecord.Manifest:
     """The run's manifest with this process recorded as its owner, settled, checked and written in
     one step under the run's lock, so two commands never both take a run; refused while another
     live process trains it."""
-    def own(manifest: runrecord.Manifest) -> None:
+    def settled_and_taken(manifest: runrecord.Manifest) -> None:
         if _orphaned(manifest):
             give_back_room(run_dir)
             _mark_interrupted(run_dir, manifest)
         take(run_dir, manifest)
 
-    return runrecord.update(run_dir, own)
+    return runrecord.update(run_dir, settled_and_taken)
 
 
 def take(run_dir: Path, manifest: runrecord.Manifest) -> None:

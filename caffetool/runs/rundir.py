@@ -70,7 +70,7 @@ def released_on_failure(path: Path) -> Iterator[Path]:
         raise
 
 
-def find(runs_dir: Path, run: str) -> Path:
+def folder_of(runs_dir: Path, run: str) -> Path:
     """A run by name (under ``runs_dir``) or by path; a folder without a manifest is named as such."""
     return find_record(runs_dir, run, NAMES["manifest"], "run", f"a run's folder is made by `caffetool train`, and "
                        f"`ls {runs_dir}` lists the runs", f"; `ls {runs_dir}` lists the runs")

@@ -113,9 +113,9 @@ def read(run_dir: Path) -> Manifest:
 
 
 def find(runs_dir: Path, run: str) -> Path:
-    """A run by name or path (:func:`caffetool.runs.rundir.find`) whose manifest reads: a damaged
+    """A run by name or path (:func:`caffetool.runs.rundir.folder_of`) whose manifest reads: a damaged
     record is refused before a command writes anything into the run."""
-    run_dir = rundir.find(runs_dir, run)
+    run_dir = rundir.folder_of(runs_dir, run)
     read(run_dir)
     return run_dir
 

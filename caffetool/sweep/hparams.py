@@ -1,7 +1,7 @@
 """A sweep in TensorBoard's HParams dashboard: one session per trial, beside the trials' own scalars.
 
 Why: ``tensorboard --logdir runs/<sweep>`` shows every trial's curves (each trial's run writes them,
-:mod:`caffetool.train.tensorboard`); the HParams tab adds the view a sweep is for, a table and
+:mod:`caffetool.train.runevents`); the HParams tab adds the view a sweep is for, a table and
 parallel coordinates of every trial's parameters against its results. The plugin reads two kinds
 of summaries, written here with TensorBoard's own protos and metadata
 (:mod:`tensorboard.plugins.hparams`; its ``summary`` module would import TensorFlow):
@@ -50,9 +50,8 @@ from caffetool import fsio
 from caffetool.errors import ConfigError, RunError
 from caffetool.runs import rundir
 from caffetool.runs.folder import NAMES, RunFolder
-from caffetool.sweep import space as spaces
-from caffetool.sweep import sweeprecord
-from caffetool.train import tensorboard as run_events
+from caffetool.sweep import searchspace, sweeprecord
+from caffetool.train import runevents
 
 FILE = "events.out.tfevents.caffetool-hparams"  # "tfevents" in the name is what TensorBoard looks for
 GROUP = NAMES["tensorboard"]  # a metric of session S is read from run S/GROUP: the trial's own events
@@ -84,7 +83,7 @@ def write(sweep_dir: Path, plan: dict[str, Any], rows: list[dict[str, Any]]) -> 
 
 def metric_tag(metric: str) -> str:
     """The scalar tag a run's event files give the sweep's ``--metric``: ``test/accuracy`` is ``test0/accuracy``."""
-    m = spaces.parse_metric(metric)
+    m = searchspace.parse_metric(metric)
     return f"train/{m.output}" if m.net < 0 else f"test{m.net}/{m.output}"
 
 
@@ -92,7 +91,7 @@ def metric_tags(metric: str, folders: Iterable[Path]) -> list[str]:
     """The sweep's metric, ``train/loss``, then every other scalar tag in the event files of ``folders``."""
     found: set[str] = set()
     for folder in folders:
-        for path in sorted(folder.glob(run_events.PATTERN)):
+        for path in sorted(folder.glob(runevents.PATTERN)):
             found |= _scalar_tags(path)
     first = list(dict.fromkeys([metric_tag(metric), LOSS]))
     rest = sorted(t for t in found if t not in first and not t.startswith(SKIPPED))
@@ -104,7 +103,7 @@ def experiment(sweep_dir: Path, plan: dict[str, Any], rows: list[dict[str, Any]]
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2  # noqa: PLC0415 - when writing
 
     try:
-        params = [spaces.parse_param(p) for p in plan["params"]]
+        params = [searchspace.parse_param(p) for p in plan["params"]]
     except ConfigError as e:
         raise RunError(f"{sweep_dir / sweeprecord.PLAN}: {e}") from None
     infos = [_hparam_info(p) for p in params]
@@ -154,7 +153,7 @@ def _summary(tag: str, data: Any) -> Any:
         tag=tag, metadata=metadata.create_summary_metadata(data), tensor=metadata.NULL_TENSOR)])
 
 
-def _hparam_info(param: spaces.Param) -> Any:
+def _hparam_info(param: searchspace.Param) -> Any:
     from google.protobuf import struct_pb2  # noqa: PLC0415
     from tensorboard.plugins.hparams import api_pb2  # noqa: PLC0415
 

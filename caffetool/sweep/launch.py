@@ -28,16 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from caffetool import track
 from caffetool.choices import Limit, bounded, choose
 from caffetool.data import lookup
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, RunError
-from caffetool.nets import prototxt
-from caffetool.nets import solver as solvers
+from caffetool.nets import prototxt, solvers
 from caffetool.runs import rundir
-from caffetool import track
-from caffetool.sweep import cluster, search, sweeprecord, tracked
-from caffetool.sweep import space as spaces
+from caffetool.sweep import cluster, search, searchspace, sweeprecord, tracked
 
 SCHEDULERS = ("fifo", "asha")
 MODES = ("max", "min")
@@ -51,16 +49,16 @@ GRACE = Limit("an iteration count", 1, 2**31 - 1, kind=int)
 
 
 @dataclass
-class Outcome:
+class SweepOutcome:
     sweep_dir: Path
     status: str  # finished, interrupted
     seconds: float
     trials: list[dict[str, Any]]
 
 
-def check(plan: sweeprecord.Plan, engine: EngineInfo) -> spaces.Space:
+def check(plan: sweeprecord.Plan, engine: EngineInfo) -> searchspace.Space:
     """Everything about ``plan`` that can be checked without Ray; fills in its settled numbers."""
-    plan.metric = spaces.parse_metric(plan.metric).name
+    plan.metric = searchspace.parse_metric(plan.metric).name
     plan.mode = choose(plan.mode, MODES, "--mode")
     plan.scheduler = choose(plan.scheduler, SCHEDULERS, "--scheduler")
     plan.samples = int(bounded(plan.samples, "--samples", SAMPLES) or 1)
@@ -76,16 +74,16 @@ def check(plan: sweeprecord.Plan, engine: EngineInfo) -> spaces.Space:
         _fits_here(plan)
     if plan.solver is not None:
         _check_project(plan, engine)
-    space = spaces.build(plan.params, plan.fixed)
+    space = searchspace.build(plan.params, plan.fixed)
     plan.search, plan.seed = search.settle(plan.search, plan.seed, plan.samples, space)
     if plan.samples > 1 and plan.search == "random" and not space.sampled:
         raise ConfigError("--samples draws from ranges (log:, uniform:, int:); this sweep has only grids "
                           "(--search grid --samples N repeats the grid N times)")
-    plan.max_iter = max(_max_iter(plan, engine, trial) for trial in spaces.corners(space))
+    plan.max_iter = max(_max_iter(plan, engine, trial) for trial in searchspace.corners(space))
     if plan.max_iter < 1:
         raise ConfigError(f"{plan.solver}: max_iter {plan.max_iter} trains nothing; set max_iter (or --max-iter) "
                           "to 1 or more")
-    metric = spaces.parse_metric(plan.metric)
+    metric = searchspace.parse_metric(plan.metric)
     tested = plan.fixed.get("test_interval") or any(p.name == "test_interval" for p in space.params)
     if plan.scheduler == "asha" and metric.net >= 0 and not tested and plan.solver is None:
         interval = max(1, plan.max_iter // TESTS_PER_TRIAL)
@@ -127,12 +125,12 @@ def _max_iter(plan: sweeprecord.Plan, engine: EngineInfo, params: dict[str, Any]
     if given not in (None, ""):
         return int(given)
     if plan.solver is None:
-        return int(solvers.settle(spaces.options(plan.fixed, params))["max_iter"])
+        return int(solvers.settle(searchspace.options(plan.fixed, params))["max_iter"])
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     return int(prototxt.read(Path(plan.solver), caffe_pb2.SolverParameter()).max_iter)
 
 
-def start(plan: sweeprecord.Plan, engine: EngineInfo, runs_dir: Path, say: Callable[[str], None] = print) -> Outcome:
+def start(plan: sweeprecord.Plan, engine: EngineInfo, runs_dir: Path, say: Callable[[str], None] = print) -> SweepOutcome:
     """Run the sweep ``plan`` in ``runs_dir/<name>`` to its end (or to Ctrl-C)."""
     space = check(plan, engine)
     if plan.solver is None and plan.address is None:
@@ -150,7 +148,7 @@ def start(plan: sweeprecord.Plan, engine: EngineInfo, runs_dir: Path, say: Calla
 
 
 def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = print,
-           address: str | None = None) -> Outcome:
+           address: str | None = None) -> SweepOutcome:
     """Continue the interrupted sweep in ``sweep_dir`` (Ray Tune's restore)."""
     plan = sweeprecord.read_plan(sweep_dir)
     if address is not None:
@@ -173,7 +171,7 @@ def resume(sweep_dir: Path, engine: EngineInfo, say: Callable[[str], None] = pri
 
 
 def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str], None],
-         make_tuner: Callable[[Path, Any], Any]) -> Outcome:
+         make_tuner: Callable[[Path, Any], Any]) -> SweepOutcome:
     """Connect to Ray, check that a trial fits one of its nodes, then ``begin`` the sweep (its folder
     and record, its MLflow run) and run Tune to its end."""
     from caffetool.sweep import hparams, leaderboard  # noqa: PLC0415
@@ -210,7 +208,7 @@ def _run(plan: sweeprecord.Plan, begin: Callable[[], Path], say: Callable[[str],
     sweeprecord.update(sweep_dir, plan, status=status, seconds=seconds, timings_s=timings, trials=tune_trials)
     trials = leaderboard.write(sweep_dir)
     tracking.finish(status, trials, hparams.metric_tag(plan.metric))
-    return Outcome(sweep_dir, status, seconds, trials)
+    return SweepOutcome(sweep_dir, status, seconds, trials)
 
 
 def _trainable(plan: sweeprecord.Plan, sweep_dir: Path, flags: str, tracking: tracked.SweepRun) -> Any:
@@ -227,7 +225,7 @@ def _trainable(plan: sweeprecord.Plan, sweep_dir: Path, flags: str, tracking: tr
     return tune.with_resources(tune.with_parameters(CaffeTrial, spec=spec_dict(spec)), resources)
 
 
-def _tuner(plan: sweeprecord.Plan, space: spaces.Space, sweep_dir: Path, trainable: Any, say: Callable[[str], None]) -> Any:
+def _tuner(plan: sweeprecord.Plan, space: searchspace.Space, sweep_dir: Path, trainable: Any, say: Callable[[str], None]) -> Any:
     from ray import tune  # noqa: PLC0415
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler  # noqa: PLC0415
 
@@ -298,7 +296,7 @@ def _error_line(error: BaseException) -> str:
     return (wanted[-1] if wanted else lines[-1] if lines else type(error).__name__).strip()
 
 
-def _describe(plan: sweeprecord.Plan, space: spaces.Space) -> str:
+def _describe(plan: sweeprecord.Plan, space: searchspace.Space) -> str:
     count = search.trials(plan.search, plan.samples, space)
     per = f"{plan.gpus_per_trial:g} GPU" if plan.gpus_per_trial else f"{plan.cpus_per_trial:g} CPU"
     sched = f"ASHA (grace {plan.grace or max(1, plan.max_iter // TESTS_PER_TRIAL)})" if plan.scheduler == "asha" \

@@ -20,8 +20,7 @@ from caffetool.errors import CaffetoolError, RunError
 from caffetool.runs import ownership
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import parse_file
-from caffetool.sweep import hparams, search, sweeprecord
-from caffetool.sweep import space as spaces
+from caffetool.sweep import hparams, search, searchspace, sweeprecord
 
 PLOTS = "plots"
 CURVES = "metric_vs_iterations.png"
@@ -32,7 +31,7 @@ def collect(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The sweep's plan (as ``sweep.json`` holds it) and one row per trial, best first."""
     written = sweeprecord.read_record(sweep_dir)
     plan = written["plan"]
-    metric = spaces.parse_metric(plan["metric"])
+    metric = searchspace.parse_metric(plan["metric"])
     tuned = {t["trial"]: t for t in written.get("trials", [])}
     runs = {p.name: p for p in sorted(sweep_dir.iterdir()) if RunFolder(p).manifest.is_file()}
     rows = [_row(name, runs.get(name), tuned.get(name, {}), metric) for name in sorted(set(tuned) | set(runs))]
@@ -51,7 +50,7 @@ def _made_by(plan: dict[str, Any], trial: str) -> str:
     return search.made_by(chosen, int(plan.get("samples") or 1), int(number) if number.isdigit() else 0)
 
 
-def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.Metric) -> dict[str, Any]:
+def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: searchspace.Metric) -> dict[str, Any]:
     row: dict[str, Any] = {"trial": name, "params": dict(tuned.get("params") or {}), "metric": None,
                            "metric_iteration": None, "iterations": None, "wall_s": None,
                            "status": "failed" if tuned.get("error") else "pending",
@@ -78,7 +77,7 @@ def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: spaces.
     return row
 
 
-def _rows(run_dir: Path, metric: spaces.Metric) -> list[dict[str, Any]]:
+def _rows(run_dir: Path, metric: searchspace.Metric) -> list[dict[str, Any]]:
     """The rows of the metric's net: from metrics.json, else from caffe.log."""
     try:
         data = json.loads(RunFolder(run_dir).metrics_json.read_text())

@@ -24,7 +24,7 @@ from typing import Any
 
 from caffetool.choices import Limit, bounded, choose
 from caffetool.errors import ConfigError
-from caffetool.sweep import space as spaces
+from caffetool.sweep import searchspace
 
 SEARCHES = ("grid", "random", "optuna")
 SEED = Limit("a seed", 0, 2**32 - 1, kind=int)
@@ -32,7 +32,7 @@ OPTUNA_STARTUP = 10  # Optuna's own default n_startup_trials, for budgets large 
 STARTUP_SHARE = 3  # otherwise a third of the budget (at least 2) is drawn before TPE decides
 
 
-def settle(search: str | None, seed: Any, samples: int, space: spaces.Space) -> tuple[str, int | None]:
+def settle(search: str | None, seed: Any, samples: int, space: searchspace.Space) -> tuple[str, int | None]:
     """``--search`` (its default from the space) and ``--seed``, checked against the space."""
     chosen = choose(search or ("random" if space.sampled else "grid"), SEARCHES, "--search")
     ranges = [p for p in space.params if p.kind != "grid"]
@@ -51,7 +51,7 @@ def startup_trials(samples: int) -> int:
     return min(OPTUNA_STARTUP, max(2, samples // STARTUP_SHARE))
 
 
-def trials(search: str, samples: int, space: spaces.Space) -> int:
+def trials(search: str, samples: int, space: searchspace.Space) -> int:
     """How many trials the sweep has."""
     return samples if search == "optuna" else space.grid_size() * samples
 
@@ -71,7 +71,7 @@ def algorithm(search: str, seed: int | None, samples: int, metric: str, mode: st
     return BasicVariantGenerator(random_state=seed)
 
 
-def param_space(search: str, space: spaces.Space) -> dict[str, Any]:
+def param_space(search: str, space: searchspace.Space) -> dict[str, Any]:
     """The space as Tune's ``param_space``: grids crossed, except for Optuna, which chooses among them."""
     return space.tune(crossed=search != "optuna")
 

@@ -51,8 +51,7 @@ from caffetool.errors import CaffetoolError, RunError
 from caffetool.runs import rundir
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import Metrics
-from caffetool.sweep import space as spaces
-from caffetool.sweep import sweeprecord
+from caffetool.sweep import searchspace, sweeprecord
 from caffetool.track import TrackingTarget
 from caffetool.train import session
 from caffetool.train.runner import Stop, StopRequest
@@ -148,7 +147,7 @@ class CaffeTrial(tune.Trainable):
 
     def setup(self, config: dict[str, Any], spec: dict[str, Any] | None = None) -> None:
         self.spec = TrialSpec(**(spec or {}))
-        self.metric = spaces.parse_metric(self.spec.metric)
+        self.metric = searchspace.parse_metric(self.spec.metric)
         for name in cpu_threads.VARIABLES:
             os.environ[name] = str(max(1, int(self.spec.cpus)))
         self._start(config)
@@ -241,8 +240,8 @@ class CaffeTrial(tune.Trainable):
             raise type(e)(f"on node {node['host']} ({node['ip']}): {e}") from None
 
     def _request(self, engine: Any, node: dict[str, Any]) -> session.TrainRequest:
-        batch, test_batch = spaces.batches(self.spec.fixed, self.params)
-        options = spaces.options(self.spec.fixed, self.params)
+        batch, test_batch = searchspace.batches(self.spec.fixed, self.params)
+        options = searchspace.options(self.spec.fixed, self.params)
         return session.TrainRequest(
             model=self.spec.model, dataset=self.spec.dataset, options=options,
             gpu="all" if self.spec.gpus > 0 and engine.gpus else "cpu", name=self.run_dir.name,

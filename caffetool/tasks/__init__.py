@@ -11,16 +11,28 @@ from invoke import Collection, Context, Exit
 from caffetool import apt
 from caffetool.choices import shell_words, writable_folder
 from caffetool.data.preference import Prefetch
-from caffetool.engine import install as engine_install
 from caffetool.engine import cpu_threads, locate, smoke
-from caffetool.nets.solver import SolverOptions
-from caffetool.tasks import (data, demo, docker, engine, evaluate, export, memory, model, rayhead, settings, sweep,
-                             track, train)
+from caffetool.engine.install import install
+from caffetool.nets.solvers import SolverOptions
+from caffetool.tasks import (
+    data,
+    demo,
+    docker,
+    engine,
+    evaluate,
+    export,
+    memory,
+    model,
+    rayhead,
+    settings,
+    sweep,
+    track,
+    train,
+)
 from caffetool.tasks._common import pick, reported, task
 from caffetool.tasks.settings import TASK_DEFAULTS, TEST_PACKAGES
 from caffetool.train import session
 from caffetool.train.session import TrainRequest
-
 
 # The suite runs in this many pytest-xdist lanes at most, one core each (tests/conftest.py groups the
 # modules that share the machine's Ray, apt and Docker into one lane, longest first): on CI's
@@ -32,7 +44,7 @@ TEST_LANES = 2
 def test(c: Context, args: str = "") -> None:
     """Run the test suite (installs the engine first if it is missing)."""
     pytest_args = shell_words(args, "--args")
-    engine.report(engine_install.install(prefix=pick(None, c.engine.prefix)))
+    engine.report(install(prefix=pick(None, c.engine.prefix)))
     if installed := apt.install_packages(TEST_PACKAGES):
         print(f"installed for the tests: {' '.join(installed)}")
     code = subprocess.call([sys.executable, "-m", "pytest", *lane_options(pytest_args), *pytest_args])
@@ -68,7 +80,7 @@ def quickstart(c: Context, max_iter: str | None = None) -> None:
     writable_folder(c.runs.dir, setting="runs.dir")
     prefetch = Prefetch(c.data.dir)  # the data set is fetched and converted while the engine compiles
     try:
-        result = engine_install.install(prefix=pick(None, c.engine.prefix))
+        result = install(prefix=pick(None, c.engine.prefix))
         engine.report(result)
         run = smoke.tiny_training(result.engine)
         print(f"engine check: {run.iterations} iterations in {run.seconds:.2f} s, "

@@ -7,9 +7,7 @@ from pathlib import Path
 from invoke import Collection, Context
 
 from caffetool.choices import SECONDS, Limit, bounded, choose, input_file, number, output_file, writable_folder
-from caffetool.data import convert as idx_convert
-from caffetool.data import fetch as data_fetch
-from caffetool.data import imageset, layout, lookup, mean, registry
+from caffetool.data import convert, fetch, imageset, layout, lookup, mean, registry
 from caffetool.engine import locate
 from caffetool.tasks._common import chosen_folder, pick, task
 
@@ -19,7 +17,7 @@ PER_CLASS = Limit("a number of samples per class", 1, 1000, kind=int)
 SPLITS = ("train", "test")
 
 
-@task(help={
+@task(name="fetch", help={
     "dataset": FETCH_HELP,
     "source": "folder or base URL holding the IDX files (tried before system copies and mirrors)",
     "backend": "database format: lmdb or leveldb",
@@ -27,13 +25,13 @@ SPLITS = ("train", "test")
     "data_dir": "where data sets go (default: data.dir, ./data)",
     "timeout": "seconds a mirror may stay silent before the next is tried (default 30)",
 })
-def fetch(c: Context, dataset: str | None = None, source: str | None = None, backend: str = "lmdb",
+def fetch_(c: Context, dataset: str | None = None, source: str | None = None, backend: str = "lmdb",
           force: bool = False, data_dir: str | None = None, timeout: str = "30") -> None:
     """Fetch, verify and convert a data set into train/test databases."""
     spec = registry.get(pick(dataset, c.data.dataset))
     seconds = bounded(timeout, "--timeout", SECONDS)
     folder = chosen_folder(data_dir, c.data.dir, "--data-dir", "data.dir")
-    result = data_fetch.fetch(spec, folder, source, backend, force, seconds)
+    result = fetch.fetch(spec, folder, source, backend, force, seconds)
     ds = result.dataset
     if result.cached:
         print(f"{spec.name}: already present and verified in {ds.path} — nothing to do "
@@ -89,11 +87,11 @@ def mean_(c: Context, dataset: str | None = None, data_dir: str | None = None, s
     print(f"mean of {count} {what} (overall {image.mean():.3f}) written to {written}")
 
 
-@task(help={"images": "IDX images file (raw or .gz)", "labels": "IDX labels file (raw or .gz)",
+@task(name="convert", help={"images": "IDX images file (raw or .gz)", "labels": "IDX labels file (raw or .gz)",
             "out": "database directory to create", "backend": "lmdb or leveldb"})
-def convert(c: Context, images: str, labels: str, out: str, backend: str = "lmdb") -> None:
+def convert_(c: Context, images: str, labels: str, out: str, backend: str = "lmdb") -> None:
     """Convert any IDX images + labels pair into a Caffe database (convert_mnist_data's job)."""
-    stats = idx_convert.convert(input_file(images, "--images"), input_file(labels, "--labels"),
+    stats = convert.convert(input_file(images, "--images"), input_file(labels, "--labels"),
                                 writable_folder(out, "--out"), backend, progress=True)
     print(f"{stats.count} images ({'x'.join(map(str, stats.shape))}) written to {out} as {backend}")
 
@@ -122,7 +120,7 @@ def images(c: Context, root: str, list_: str | None = None, out: str | None = No
            encoded: bool = False, encode_type: str = "", shuffle: bool = False, seed: str = "0",
            val_fraction: str = "0", strict: bool = False, force: bool = False, mixed_sizes: bool = False) -> None:
     """Write your own images into Caffe databases, record for record as convert_imageset does."""
-    options = imageset.Options(number(resize_height, "--resize-height", int, minimum=0) or 0,
+    options = imageset.ImagesetFlags(number(resize_height, "--resize-height", int, minimum=0) or 0,
                                 number(resize_width, "--resize-width", int, minimum=0) or 0,
                                 gray, encoded, encode_type, backend, mixed_sizes)
     fraction = number(val_fraction, "--val-fraction", minimum=0, maximum=1) or 0.0
@@ -140,4 +138,4 @@ def images(c: Context, root: str, list_: str | None = None, out: str | None = No
     print(f"{len(result.classes)} classes in {result.path / layout.LABELS}")
 
 
-ns = Collection("data", fetch, info, mean_, convert, images)
+ns = Collection("data", fetch_, info, mean_, convert_, images)

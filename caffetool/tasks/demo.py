@@ -8,13 +8,12 @@ from pathlib import Path
 from invoke import Collection, Context
 
 from caffetool.choices import PORT, Limit, bounded, choose, count, input_file, writable_folder
-from caffetool.demo import classifier as demo_classifier
-from caffetool.demo.batcher import Batching
 from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
 from caffetool.inference import modelfiles
-from caffetool.runs import labels as label_file
-from caffetool.runs import runrecord, snapshots
+from caffetool.runs import labelfile, runrecord, snapshots
+from caffetool.serving import classifier
+from caffetool.serving.batcher import Batching
 from caffetool.tasks._common import pick, task
 from caffetool.train import devices
 
@@ -130,7 +129,7 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
 
     tcp_port = bounded(port, "--port", PORT)
     body_limit, processes = bounded(max_body, "--max-body", MAX_BODY), bounded(workers, "--workers", WORKERS)
-    engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
+    engine_kind = choose(backend, classifier.BACKENDS, "--backend")
     colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
     device = devices.for_pycaffe(engine, gpu)
@@ -161,10 +160,10 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
              image_dims: str | None = None, oversample: bool = False, gpu: str = "cpu") -> None:
     """Classify images from the command line (top-k each; --annotate writes labelled copies; --labelled also
     scores them: accuracy and a confusion matrix)."""
-    from caffetool.demo import annotate as annotator  # noqa: PLC0415
+    from caffetool.serving import annotation  # noqa: PLC0415
 
     shown = count(top, "--top")
-    engine_kind = choose(backend, demo_classifier.BACKENDS, "--backend")
+    engine_kind = choose(backend, classifier.BACKENDS, "--backend")
     labelled_copies = writable_folder(annotate, "--annotate") if annotate else None
     colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
@@ -177,16 +176,16 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
         raise ConfigError("--out is for the scores of --labelled images")
     paths = image_files(images)
     files = model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
-    classifier = demo_classifier.load(engine, files, engine_kind, device=device)
-    shown = label_file.top_k(shown, len(classifier.labels))
+    model = classifier.load(engine, files, engine_kind, device=device)
+    shown = labelfile.top_k(shown, len(model.labels))
     failures = 0
     for path in paths:
         try:
             data = path.read_bytes()  # one image at a time: any number of files, bounded memory
-            result = classifier.classify(data, shown)
+            result = model.classify(data, shown)
             best = result["top"][0]
             if labelled_copies:
-                annotator.annotate(data, best["label"], best["prob"], labelled_copies / f"{path.stem}.annotated.png")
+                annotation.annotate(data, best["label"], best["prob"], labelled_copies / f"{path.stem}.annotated.png")
         except (OSError, ImageError) as e:
             print(f"{path}: {e}")
             failures += 1
@@ -199,8 +198,8 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
 def classify_labelled(c: Context, images: str, out: str | None, shown: int | None, annotate: Path | None,
                       model: tuple, engine_kind: str, engine: EngineInfo, device: devices.PycaffeDevice) -> None:
     """``demo.classify IMAGES --labelled``: each image's line with its true class, then the scores."""
-    from caffetool.demo import annotate as annotator  # noqa: PLC0415
-    from caffetool.evaluation import labelled as scoring  # noqa: PLC0415 - matplotlib only when scoring
+    from caffetool.evaluation import scoring  # noqa: PLC0415 - matplotlib only when scoring
+    from caffetool.serving import annotation  # noqa: PLC0415
 
     source = Path(images).expanduser()
     if not source.exists():
@@ -210,9 +209,9 @@ def classify_labelled(c: Context, images: str, out: str | None, shown: int | Non
     if out is None and files.run is None:
         raise ConfigError("without a run, give --out DIR for the scores")
     folder = writable_folder(out, "--out") if out else scoring.default_folder(files.run)
-    classifier = demo_classifier.load(engine, files, engine_kind, device=device)
-    items = (scoring.from_folder(source, classifier.labels) if source.is_dir()
-             else scoring.from_list(input_file(source, "IMAGES"), len(classifier.labels)))
+    loaded = classifier.load(engine, files, engine_kind, device=device)
+    items = (scoring.from_folder(source, loaded.labels) if source.is_dir()
+             else scoring.from_list(input_file(source, "IMAGES"), len(loaded.labels)))
 
     def show(item: scoring.Item, result: dict | None, error: str | None) -> None:
         if result is None:
@@ -220,11 +219,11 @@ def classify_labelled(c: Context, images: str, out: str | None, shown: int | Non
             return
         if annotate:
             best = result["top"][0]
-            annotator.annotate(item.path.read_bytes(), best["label"], best["prob"],
+            annotation.annotate(item.path.read_bytes(), best["label"], best["prob"],
                                annotate / f"{item.path.stem}.annotated.png")
-        print(result_line(item.path, result) + f" (true: {classifier.labels[item.label]})")
+        print(result_line(item.path, result) + f" (true: {loaded.labels[item.label]})")
 
-    outcome = scoring.evaluate(classifier, items, shown, folder, str(source.absolute()), show)
+    outcome = scoring.evaluate(loaded, items, shown, folder, str(source.absolute()), show)
     for line in outcome.lines():
         print(line)
     if outcome.failures:

@@ -10,20 +10,19 @@ from invoke import Collection, Context
 
 from caffetool import config
 from caffetool.choices import bounded, choose, count, number, output_file, writable_folder
-from caffetool.engine import install as engine_install
-from caffetool.engine import cudaarch, locate, smoke
-from caffetool.engine.bundle import ZSTD_LEVEL
+from caffetool.engine import cudaarch, install, locate, smoke
+from caffetool.engine.bundles import ZSTD_LEVEL
 from caffetool.engine.recipe import BLAS, DEFAULT_BLAS, BuildOptions, blas_name
 from caffetool.errors import ConfigError
 from caffetool.tasks import settings
 from caffetool.tasks._common import pick, task
-
 
 SIDE_PREFIX = ("pycaffe: not linked into this Python (a side prefix: `import caffe` stays with the default engine; "
                "--link-python makes it use this one)")
 
 
 @task(
+    name="install",
     iterable=["cmake_arg"],
     help={
         "prefix": "install prefix (default: engine.prefix, $CAFFE_ROOT, or the user data dir)",
@@ -48,7 +47,7 @@ SIDE_PREFIX = ("pycaffe: not linked into this Python (a side prefix: `import caf
                       "core) before installing; a failure installs nothing (adds about 5 minutes on 2 cores)",
     },
 )
-def install(c: Context, prefix: str | None = None, source: str | None = None, debian_mirror: str | None = None,
+def install_(c: Context, prefix: str | None = None, source: str | None = None, debian_mirror: str | None = None,
             cuda: bool = False, cudnn: bool = False, nccl: bool = False, cuda_arch: str = "",
             cmake_arg: list[str] | None = None, jobs: str | None = None, force: bool = False,
             bundle: str | None = None, sha256: str | None = None, stock: bool = False,
@@ -64,7 +63,7 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
     writable_folder(target, "--prefix", "engine.prefix")
     link = link_python or target == config.engine_prefix(c.engine.prefix)
     if bundle:
-        from caffetool.engine import bundle as bundles  # noqa: PLC0415
+        from caffetool.engine import bundles  # noqa: PLC0415
 
         done = bundles.install(bundle, target, sha256=sha256, force=force, link=link)
         for note in done.notes:
@@ -86,7 +85,7 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
         stock=stock,
         blas=library,
     )
-    result = engine_install.install(
+    result = install.install(
         prefix=target,
         options=options,
         source_location=pick(source, c.engine.source),
@@ -99,7 +98,7 @@ def install(c: Context, prefix: str | None = None, source: str | None = None, de
     report(result, link)
 
 
-def report(result: engine_install.InstallResult, linked: bool = True) -> None:
+def report(result: install.InstallResult, linked: bool = True) -> None:
     """One line on what install did (or found), one on pycaffe."""
     engine = result.engine
     if result.cached:
@@ -138,7 +137,7 @@ def info(c: Context, prefix: str | None = None, json_: bool = False) -> None:
         if b.get("cuda_libraries"):
             print(f"CUDA libs   {b['cuda_libraries']}")
     if not engine.cpu_only:
-        from caffetool.engine.bundle import cuda_versions  # noqa: PLC0415
+        from caffetool.engine.bundles import cuda_versions  # noqa: PLC0415
 
         built, running = cuda_versions(engine)
         print(f"built with  {', '.join(pin.replace('==', ' ') for pin in built) or 'the CUDA toolkit it found'}")
@@ -198,7 +197,7 @@ def compile_check_(c: Context, cuda_arch: str = "", jobs: str | None = None,
                      "19: smallest, several times longer)"})
 def bundle(c: Context, prefix: str | None = None, out: str | None = None, level: str = str(ZSTD_LEVEL)) -> None:
     """Pack the installed engine into a relocatable, reproducible .tar.zst (with a .sha256 beside it)."""
-    from caffetool.engine import bundle as bundles  # noqa: PLC0415
+    from caffetool.engine import bundles  # noqa: PLC0415
 
     zstd_level = number(level, "--level", int)
     target = output_file(out, "--out") if out else None
@@ -210,4 +209,4 @@ def bundle(c: Context, prefix: str | None = None, out: str | None = None, level:
         print(f"CUDA        {r.cuda['major']} for sm_{', sm_'.join(r.cuda['arch'])}; needs {' '.join(r.cuda['requirements'])}")
 
 
-ns = Collection("engine", install, info, check, compile_check_, bundle)
+ns = Collection("engine", install_, info, check, compile_check_, bundle)

@@ -10,8 +10,7 @@ from invoke import Collection, Context
 from caffetool.choices import bounded, count, number, output_file
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
-from caffetool.memory import estimate as est
-from caffetool.memory import gpus, netsource, table
+from caffetool.memory import estimator, gpus, netsource, table
 from caffetool.tasks import settings
 from caffetool.tasks._common import task
 
@@ -19,7 +18,7 @@ NET_HELP = {
     "model": "model name (invoke model.list)", "net": "a train/test or deploy prototxt instead",
     "solver": "a solver.prototxt instead: its train net, type and iter_size (paths relative to here)",
     "batch_size": "training batch size",
-    "type": f"solver type (any case): {', '.join(est.HISTORY)} (default: the solver file's, else SGD)",
+    "type": f"solver type (any case): {', '.join(estimator.HISTORY)} (default: the solver file's, else SGD)",
     "phase": "train (solver: train net after forward+backward, test net after a test) or test (inference)",
     "mode": "cpu or gpu", "dtype": "fp32 or fp16", "iter_size": "gradient accumulation (default 1)",
     "input_shape": "C,H,W of the images a Data layer reads (needed with --net)",
@@ -33,7 +32,7 @@ NET_HELP = {
 def _load(c: Context, model: str | None, net: str | None, input_shape: str | None, batch_size: str | None,
           solver_type: str | None, phase: str, mode: str, dtype: str, iter_size: str | None, cudnn: bool,
           test_net: bool = True, solver: str | None = None,
-          threads: str | None = None) -> tuple[Any, netsource.NetSource, est.Options]:
+          threads: str | None = None) -> tuple[Any, netsource.NetSource, estimator.Options]:
     """The net and the estimator's options from the flags, which win over a solver file's settings;
     numbers are checked before Caffe is loaded."""
     batch, accumulate = count(batch_size, "--batch-size"), count(iter_size, "--iter-size")
@@ -43,7 +42,7 @@ def _load(c: Context, model: str | None, net: str | None, input_shape: str | Non
     workers = cpu_threads.of_engine(built, wanted) if mode == "cpu" else 1
     caffe = import_caffe(engine)
     source = netsource.load(caffe, model, net, input_shape, c.model.dir, batch, solver_file=solver, engine=engine)
-    options = est.Options(phase=phase, mode=mode, solver=solver_type or source.solver_type or "SGD", dtype=dtype,
+    options = estimator.Options(phase=phase, mode=mode, solver=solver_type or source.solver_type or "SGD", dtype=dtype,
                           batch=batch, iter_size=accumulate or source.iter_size or 1, cudnn=cudnn,
                           input_shape=source.input_shape, test_net=test_net, test_nets=source.test_nets,
                           tuned=engine.tuned, threads=workers)
@@ -65,8 +64,8 @@ def estimate(c: Context, model: str | None = None, net: str | None = None, batch
     picture = output_file(plot, "--plot") if plot else None
     _, source, options = _load(c, model, net, input_shape, batch_size, type, phase, mode, dtype, iter_size,
                                cudnn, not no_test_net, solver, threads)
-    e = est.estimate(source.net, options, source.text, source.origin)
-    fixed, per = est.per_sample(source.net, options, source.text)
+    e = estimator.estimate(source.net, options, source.text, source.origin)
+    fixed, per = estimator.per_sample(source.net, options, source.text)
     if json_:
         print(json.dumps(table.estimate_json(source.name, e, fixed, per), indent=1, default=list))
         return
@@ -84,7 +83,7 @@ def fit(c: Context, model: str | None = None, net: str | None = None, batch_size
         cudnn: bool = False, no_test_net: bool = False, gpu_memory: str | None = None, gpu: str | None = None,
         reserve: str = "400MiB", solver: str | None = None) -> None:
     """Will it fit? The largest batch for a GPU, and ranked changes when the wanted batch does not."""
-    from caffetool.memory import fit as fitting  # noqa: PLC0415
+    from caffetool.memory import fitting  # noqa: PLC0415
 
     if bool(gpu_memory) == bool(gpu):
         raise ConfigError("give exactly one of --gpu-memory SIZE or --gpu NAME")
@@ -105,14 +104,14 @@ def measure(c: Context, model: str | None = None, net: str | None = None, batch_
             classes: str | None = None, device: str = "0", solver: str | None = None, threads: str | None = None) -> None:
     """Measure what the real engine allocates (solver, one test pass, one step) next to the estimate."""
     # A --solver is measured on its own data; --model and --net on random images of their input shape.
-    from caffetool.memory import measure as measuring  # noqa: PLC0415
+    from caffetool.memory import measuring  # noqa: PLC0415
 
     labels = count(classes, "--classes")
     gpu_id = number(device, "--device", int, minimum=0, maximum=63)
     engine = locate(c.engine.prefix, probe=False)
     caffe, source, options = _load(c, model, net, input_shape, batch_size, type, "train", mode, "fp32", None, False,
                                    solver=solver, threads=threads)
-    e = est.estimate(source.net, options, source.text, source.origin)
+    e = estimator.estimate(source.net, options, source.text, source.origin)
     if source.project is not None:  # the user's own data, as the solver names it
         got = measuring.measure_project(engine, caffe, source.project, options.solver, options.mode, gpu_id,
                                         options.threads)

@@ -11,22 +11,21 @@ from caffetool.choices import count, writable_folder
 from caffetool.data import lookup
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
-from caffetool.nets import declaration, prototxt
-from caffetool.nets import generate as net_generate
+from caffetool.nets import declaration, generate, prototxt
 from caffetool.nets.listing import list_models
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
 from caffetool.tasks._common import pick, task
 from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
 
 
-@task(iterable=["stepvalue"], help={
+@task(name="generate", iterable=["stepvalue"], help={
     "model": "model name (invoke model.list)", "net": "your own train/test prototxt instead of --model",
     "dataset": "data set (fetched with data.fetch), or a folder made by data.images", "batch_size": "training batch size",
     "test_batch_size": "test batch size", "out": "output directory (default: <runs.dir>/generated/<model>)",
     "force": "replace existing files in --out", "data_dir": "where data sets are", **solver_help(),
 })
 @takes_solver_flags()
-def generate(c: Context, model: str | None = None, net: str | None = None, dataset: str | None = None,
+def generate_(c: Context, model: str | None = None, net: str | None = None, dataset: str | None = None,
              batch_size: str | None = None, test_batch_size: str | None = None, out: str | None = None,
              force: bool = False, data_dir: str | None = None, *, solver_flags: dict[str, Any]) -> None:
     """Write train_val.prototxt, deploy.prototxt and solver.prototxt, validated by Caffe."""
@@ -40,7 +39,7 @@ def generate(c: Context, model: str | None = None, net: str | None = None, datas
     name = chosen.name if chosen else Path(net).stem
     target = writable_folder(out or Path(c.runs.dir) / "generated" / name, "--out")
     ds = lookup.find(pick(dataset, c.data.dataset), pick(data_dir, c.data.dir))
-    result = net_generate.generate(locate(c.engine.prefix, probe=False), chosen, ds, target, options,
+    result = generate.generate(locate(c.engine.prefix, probe=False), chosen, ds, target, options,
                                    batch, test_batch, Path(net) if net else None, force)
     train = result.report["train"]
     print(f"wrote {', '.join(p.name for p in result.files.values())} to {result.out}")
@@ -57,4 +56,4 @@ def list_(c: Context, models_dir: str | None = None) -> None:
         print(f"{r['name']:<11} {r['input']:<12} {r['params']:>12,} {r['layers']:>7}  {r['title']}")
 
 
-ns = Collection("model", generate, list_)
+ns = Collection("model", generate_, list_)

@@ -14,11 +14,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from caffetool.nets import solver
+from caffetool.nets import solvers
 
 SOLVER_HELP = {
-    "type": f"solver type (any case): {', '.join(solver.SOLVER_TYPES)}",
-    "base_lr": "base learning rate", "lr_policy": f"lr policy: {', '.join(solver.LR_POLICIES)}",
+    "type": f"solver type (any case): {', '.join(solvers.SOLVER_TYPES)}",
+    "base_lr": "base learning rate", "lr_policy": f"lr policy: {', '.join(solvers.LR_POLICIES)}",
     "gamma": "lr policy gamma", "power": "lr policy power", "stepsize": "iterations per lr step",
     "stepvalue": "iteration of an lr drop (multistep; repeatable)", "momentum": "momentum (beta1 for Adam)",
     "momentum2": "Adam's beta2", "delta": "numerical stability term", "rms_decay": "RMSProp decay",

@@ -78,7 +78,7 @@ def report_(c: Any, name: str, runs_dir: str | None = None) -> None:
     print(f"results:    {sweep_dir / sweeprecord.RESULTS} (plots in {sweep_dir / leaderboard.PLOTS})")
 
 
-def finish(outcome: launch.Outcome, metric: str) -> None:
+def finish(outcome: launch.SweepOutcome, metric: str) -> None:
     """The sweep's table and where its record is; an interrupted sweep exits 130."""
     print(leaderboard.text(outcome.trials, metric))
     print(f"sweep:      {outcome.sweep_dir} — {outcome.status}, {len(outcome.trials)} trial(s) in "

@@ -13,7 +13,7 @@ from caffetool.choices import bounded, count, input_file
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.nets import builders, declaration, prototxt
-from caffetool.nets.solver import SolverOptions
+from caffetool.nets.solvers import SolverOptions
 from caffetool.runs import final_figures, metrics_io, ownership, runrecord
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import parse_file

@@ -1,6 +1,6 @@
 """A training logged to MLflow while Caffe trains, off the path of the training itself.
 
-:class:`LiveRun` is fed like the run's TensorBoard events (:mod:`caffetool.train.tensorboard`): the
+:class:`LiveRun` is fed like the run's TensorBoard events (:mod:`caffetool.train.runevents`): the
 runner hands it the metrics after every line of Caffe's output, and it takes the new rows
 (:class:`caffetool.runs.scalars.NewRows`), which costs a comparison of two counts when there are
 none. Everything else happens on one background thread, started as Caffe starts: importing MLflow

@@ -13,8 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from caffetool.errors import ConfigError
-from caffetool.memory import estimate as est
-from caffetool.memory import fit as fitting
+from caffetool.memory import estimator, fitting
 
 RESERVE = 400 * 2**20  # T. Dettmers' 2014 GPU advice; a run keeps its GPU's measured baseline (memory.reserve)
 
@@ -28,14 +27,14 @@ def gpu_memory() -> list[int]:
     return [int(float(x)) * 2**20 for x in done.stdout.split()] if done.returncode == 0 else []
 
 
-def check(net: Any, options: est.Options, capacities: list[int], reserve: int = RESERVE,
+def check(net: Any, options: estimator.Options, capacities: list[int], reserve: int = RESERVE,
           say: Callable[[str], None] = print) -> int | None:
     """Bytes the run needs per GPU; raises when the smallest of ``capacities`` cannot hold it. Layers
     the estimator does not model make the figure a lower bound, which is said."""
     if not capacities:
         return None
     options = replace(options, mode="gpu")
-    estimate = est.estimate(net, options)
+    estimate = estimator.estimate(net, options)
     need = estimate.total
     if estimate.lower_bound:
         layers = ", ".join(f"{name} ({kind})" for name, kind, _ in estimate.unmodelled) or "its data files"

@@ -22,7 +22,7 @@ has been asked; the ways a run ends besides finishing:
   that reads the run marks it interrupted (:mod:`caffetool.runs.ownership`).
 
 Progress is shown by :mod:`caffetool.train.progress`; every new row also goes to the run's
-TensorBoard events (:mod:`caffetool.train.tensorboard`) as it appears, and so do the resource
+TensorBoard events (:mod:`caffetool.train.runevents`) as it appears, and so do the resource
 samples taken while Caffe runs; with tracking on, the rows go to MLflow too (:mod:`caffetool.track.live`).
 """
 
@@ -50,8 +50,8 @@ from caffetool.runs import snapshots
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import LogParser, Metrics
 from caffetool.train.progress import Progress, display
-from caffetool.train.sampler import Sampler
-from caffetool.train.tensorboard import RunEvents
+from caffetool.train.runevents import RunEvents
+from caffetool.train.sampler import UsageSampler
 
 if TYPE_CHECKING:
     from caffetool.track.live import LiveRun
@@ -256,7 +256,7 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
     lock = threading.Lock()  # the supervisor is fed by this thread and, with ``stop``, asked by another
     if stop is not None:
         threading.Thread(target=_stop_when_asked, args=(supervisor, stop, lock), daemon=True).start()
-    sampler = Sampler(process.pid, on_sample=events.sample if events else None)
+    sampler = UsageSampler(process.pid, on_sample=events.sample if events else None)
     sampler.start()
     shown = display(max_iter, supervisor.metrics.iteration) if progress else None
     refresh = _Every(update_every, on_update)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-class Sampler(threading.Thread):
+class UsageSampler(threading.Thread):
     def __init__(self, pid: int, interval: float = 1.0,
                  on_sample: Callable[[dict[str, float]], None] | None = None) -> None:
         import psutil  # noqa: PLC0415 - 30 ms at every command's start otherwise

@@ -26,13 +26,12 @@ from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, cpu_threads, cudnn_settings, import_caffe
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import CaffeRefused, CaffetoolError, ConfigError, PythonLayerError, RunError
-from caffetool.nets import check, declaration, generate, project, prototxt, testnets
-from caffetool.nets import solver as solvers
+from caffetool.nets import check, declaration, generate, project, prototxt, solvers, testnets
 from caffetool.runs import final_figures, metrics_io, ownership, rundir, runrecord, snapshots
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import LogParser, Metrics, parse_file
 from caffetool.track.live import LiveRun
-from caffetool.train import devices, final_test, runner, tensorboard
+from caffetool.train import devices, final_test, runevents, runner
 
 # What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
 THREAD_VARIABLES = (*cpu_threads.VARIABLES, *cpu_threads.USER_PLACEMENT, "OPENBLAS_CORETYPE", "MKL_DISABLE_FAST_MM",
@@ -202,10 +201,10 @@ def _preflight(engine: EngineInfo, net: Any, shape: tuple[int, int, int] | None,
     """The memory check of a GPU run (:mod:`caffetool.train.preflight`) on each visible GPU, with the
     solver's test nets when they are given (a ``--solver`` run's, with their states), keeping free
     what the engine's context takes on the GPU (:mod:`caffetool.memory.reserve`)."""
-    from caffetool.memory import estimate as est  # noqa: PLC0415
+    from caffetool.memory import estimator  # noqa: PLC0415
     from caffetool.train import preflight  # noqa: PLC0415
 
-    options = est.Options(solver=solver_type or "SGD", mode="gpu", input_shape=shape, iter_size=iter_size,
+    options = estimator.Options(solver=solver_type or "SGD", mode="gpu", input_shape=shape, iter_size=iter_size,
                           test_nets=test_nets)
     capacities = preflight.gpu_memory()
     if capacities:
@@ -226,7 +225,7 @@ def resume(engine: EngineInfo, run_dir: Path, max_iter: int | None = None, progr
     run goes on in the store and MLflow run its manifest names (:func:`caffetool.track.continued`).
     """
     t0 = time.monotonic()
-    manifest = ownership.claim(run_dir)
+    manifest = ownership.own(run_dir)
     run = runrecord.Record(run_dir, manifest)
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     solver_file = RunFolder(run_dir).solver
@@ -302,10 +301,10 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     record.update(status="running")
     ownership.keep_room(run_dir)
     title = f"{run_dir.name}: {manifest.model or 'net'} on {manifest.dataset.get('name', 'its data')}"
-    events: tensorboard.RunEvents | None = None
+    events: runevents.RunEvents | None = None
     tracker = LiveRun(tracking, run_dir, parser.metrics, caffe_pb2, say, continue_run) if tracking else None
     try:
-        events = tensorboard.RunEvents(RunFolder(run_dir).tensorboard, parser.metrics)
+        events = runevents.RunEvents(RunFolder(run_dir).tensorboard, parser.metrics)
         outcome = runner.run(argv, run_dir, max_iter, progress, parser=parser, events=events,
                              on_update=lambda metrics: _write_outputs(metrics, run_dir, title),
                              on_metrics=on_metrics, stop=stop, tracker=tracker)

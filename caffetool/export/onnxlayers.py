@@ -24,8 +24,8 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from caffetool.export.caffelayer import Layer, axis_of
-from caffetool.export.graph import Graph
 from caffetool.export.normalization import batch_norm, lrn, mvn
+from caffetool.export.onnxgraph import OnnxGraph
 from caffetool.export.spatial import convolution, deconvolution, pooling
 from caffetool.nets import geometry
 
@@ -35,7 +35,7 @@ REDUCTIONS = {1: "ReduceSum", 2: "ReduceL1", 3: "ReduceSumSquare", 4: "ReduceMea
 
 # --- inner product, embedding ---------------------------------------------------------------------
 
-def inner_product(g: Graph, l: Layer) -> None:
+def inner_product(g: OnnxGraph, l: Layer) -> None:
     p = l.param.inner_product_param
     rank = len(l.bottom_shapes[0])
     axis = axis_of(p.axis, rank)
@@ -56,7 +56,7 @@ def inner_product(g: Graph, l: Layer) -> None:
     g.op1("Add", [y, g.const(f"{l.name}/bias", bias)], l.name, l.tops[0])
 
 
-def embed(g: Graph, l: Layer) -> None:
+def embed(g: OnnxGraph, l: Layer) -> None:
     """Caffe casts each input value to an int index (truncation, as ONNX's Cast)."""
     index = g.op1("Cast", [l.bottoms[0]], l.name, to=TensorProto.INT64)
     if not l.param.embed_param.bias_term:
@@ -68,7 +68,7 @@ def embed(g: Graph, l: Layer) -> None:
 
 # --- element-wise ---------------------------------------------------------------------------------
 
-def relu(g: Graph, l: Layer) -> None:
+def relu(g: OnnxGraph, l: Layer) -> None:
     slope = l.param.relu_param.negative_slope
     if slope:
         g.op1("LeakyRelu", [l.bottoms[0]], l.name, l.tops[0], alpha=float(slope))
@@ -76,7 +76,7 @@ def relu(g: Graph, l: Layer) -> None:
         g.op1("Relu", [l.bottoms[0]], l.name, l.tops[0])
 
 
-def prelu(g: Graph, l: Layer) -> None:
+def prelu(g: OnnxGraph, l: Layer) -> None:
     rank = len(l.bottom_shapes[0])
     slope = l.blobs[0].reshape(-1)
     if slope.size > 1:
@@ -84,14 +84,14 @@ def prelu(g: Graph, l: Layer) -> None:
     g.op1("PRelu", [l.bottoms[0], g.const(f"{l.name}/slope", slope)], l.name, l.tops[0])
 
 
-def unary(op_type: str, **attrs_of: Callable[[Any], Any]) -> Callable[[Graph, Layer], None]:
+def unary(op_type: str, **attrs_of: Callable[[Any], Any]) -> Callable[[OnnxGraph, Layer], None]:
     """A layer that is one ONNX operator; ``attrs_of`` read its attributes from the LayerParameter."""
-    def convert(g: Graph, l: Layer) -> None:
+    def convert(g: OnnxGraph, l: Layer) -> None:
         g.op1(op_type, [l.bottoms[0]], l.name, l.tops[0], **{k: f(l.param) for k, f in attrs_of.items()})
     return convert
 
 
-def _affine(g: Graph, l: Layer, x: str, scale: float, shift: float) -> str:
+def _affine(g: OnnxGraph, l: Layer, x: str, scale: float, shift: float) -> str:
     """``shift + scale * x`` with the operators that are not identities."""
     if scale != 1:
         x = g.op1("Mul", [x, g.const(f"{l.name}/scale", scale)], l.name)
@@ -100,7 +100,7 @@ def _affine(g: Graph, l: Layer, x: str, scale: float, shift: float) -> str:
     return x
 
 
-def _finish(g: Graph, l: Layer, x: str) -> None:
+def _finish(g: OnnxGraph, l: Layer, x: str) -> None:
     """Name ``x`` as the layer's top (an Identity only when no operator was needed)."""
     if x == l.bottoms[0]:
         g.op1("Identity", [x], l.name, l.tops[0])
@@ -108,7 +108,7 @@ def _finish(g: Graph, l: Layer, x: str) -> None:
         g.nodes[-1].output[0] = l.tops[0]
 
 
-def power(g: Graph, l: Layer) -> None:
+def power(g: OnnxGraph, l: Layer) -> None:
     """``(shift + scale * x) ^ power``; Caffe fills a constant when the power or the scale is 0."""
     p = l.param.power_param
     if p.power == 0 or p.scale == 0:
@@ -123,7 +123,7 @@ def power(g: Graph, l: Layer) -> None:
     _finish(g, l, x)
 
 
-def exp(g: Graph, l: Layer) -> None:
+def exp(g: OnnxGraph, l: Layer) -> None:
     """``base ^ (shift + scale * x)`` as Caffe computes it: ``base^shift * exp(scale * ln(base) * x)``."""
     p = l.param.exp_param
     log_base = 1.0 if p.base == -1 else math.log(p.base)
@@ -135,7 +135,7 @@ def exp(g: Graph, l: Layer) -> None:
     _finish(g, l, x)
 
 
-def log(g: Graph, l: Layer) -> None:
+def log(g: OnnxGraph, l: Layer) -> None:
     """``log_base(shift + scale * x)``."""
     p = l.param.log_param
     x = g.op1("Log", [_affine(g, l, l.bottoms[0], p.scale, p.shift)], l.name)
@@ -144,32 +144,32 @@ def log(g: Graph, l: Layer) -> None:
     _finish(g, l, x)
 
 
-def threshold(g: Graph, l: Layer) -> None:
+def threshold(g: OnnxGraph, l: Layer) -> None:
     above = g.op1("Greater", [l.bottoms[0], g.const(f"{l.name}/threshold", l.param.threshold_param.threshold)],
                   l.name)
     g.op1("Cast", [above], l.name, l.tops[0], to=TensorProto.FLOAT)
 
 
-def clip(g: Graph, l: Layer) -> None:
+def clip(g: OnnxGraph, l: Layer) -> None:
     p = l.param.clip_param
     g.op1("Clip", [l.bottoms[0], g.const(f"{l.name}/min", p.min), g.const(f"{l.name}/max", p.max)], l.name,
           l.tops[0])
 
 
-def swish(g: Graph, l: Layer) -> None:
+def swish(g: OnnxGraph, l: Layer) -> None:
     """``x * sigmoid(beta * x)``."""
     gate = g.op1("Sigmoid", [_affine(g, l, l.bottoms[0], l.param.swish_param.beta, 0)], l.name)
     g.op1("Mul", [l.bottoms[0], gate], l.name, l.tops[0])
 
 
-def identity(g: Graph, l: Layer) -> None:
+def identity(g: OnnxGraph, l: Layer) -> None:
     for bottom, top in zip(l.bottoms * len(l.tops) if len(l.bottoms) == 1 else l.bottoms, l.tops):
         g.op1("Identity", [bottom], l.name, top)
 
 
 # --- scale and bias -------------------------------------------------------------------------------
 
-def _broadcast(g: Graph, l: Layer, operand: np.ndarray | None, axis: int) -> str:
+def _broadcast(g: OnnxGraph, l: Layer, operand: np.ndarray | None, axis: int) -> str:
     """The Scale/Bias operand (a learned blob, or the second bottom) shaped to broadcast from ``axis``
     of the first bottom: its own axes, then ones for the axes after them."""
     rank = len(l.bottom_shapes[0])
@@ -188,7 +188,7 @@ def _operand_axis(l: Layer, axis: int) -> int:
     return axis_of(axis, len(l.bottom_shapes[0]))
 
 
-def scale(g: Graph, l: Layer) -> None:
+def scale(g: OnnxGraph, l: Layer) -> None:
     p = l.param.scale_param
     axis = _operand_axis(l, p.axis)
     two = len(l.bottoms) == 2
@@ -202,7 +202,7 @@ def scale(g: Graph, l: Layer) -> None:
     g.op1("Add", [scaled, _broadcast(g, l, bias, axis)], l.name, l.tops[0])
 
 
-def bias(g: Graph, l: Layer) -> None:
+def bias(g: OnnxGraph, l: Layer) -> None:
     p = l.param.bias_param
     axis = _operand_axis(l, p.axis)
     operand = None if len(l.bottoms) == 2 else _operand_shape(l, l.blobs[0], axis, p.num_axes)
@@ -216,7 +216,7 @@ def _operand_shape(l: Layer, blob: np.ndarray, axis: int, num_axes: int) -> np.n
     return blob.reshape(covered)
 
 
-def eltwise(g: Graph, l: Layer) -> None:
+def eltwise(g: OnnxGraph, l: Layer) -> None:
     p = l.param.eltwise_param
     if p.operation == PROD:
         x = l.bottoms[0]
@@ -236,13 +236,13 @@ def eltwise(g: Graph, l: Layer) -> None:
 
 # --- shapes ---------------------------------------------------------------------------------------
 
-def concat(g: Graph, l: Layer) -> None:
+def concat(g: OnnxGraph, l: Layer) -> None:
     p = l.param.concat_param
     axis = p.concat_dim if p.HasField("concat_dim") else p.axis
     g.op1("Concat", l.bottoms, l.name, l.tops[0], axis=axis_of(axis, len(l.bottom_shapes[0])))
 
 
-def slice_(g: Graph, l: Layer) -> None:
+def slice_(g: OnnxGraph, l: Layer) -> None:
     p = l.param.slice_param
     rank = len(l.bottom_shapes[0])
     axis = axis_of(p.slice_dim if p.HasField("slice_dim") else p.axis, rank)
@@ -250,11 +250,11 @@ def slice_(g: Graph, l: Layer) -> None:
     g.op("Split", [l.bottoms[0], g.ints(f"{l.name}/split", sizes)], l.name, l.tops, axis=axis)
 
 
-def _reshape(g: Graph, l: Layer, target: list[int]) -> None:
+def _reshape(g: OnnxGraph, l: Layer, target: list[int]) -> None:
     g.op1("Reshape", [l.bottoms[0], g.ints(f"{l.name}/shape", target)], l.name, l.tops[0])
 
 
-def flatten(g: Graph, l: Layer) -> None:
+def flatten(g: OnnxGraph, l: Layer) -> None:
     """Leading axes copied (0), the flattened ones inferred (-1), the rest as Caffe shaped them."""
     p = l.param.flatten_param
     shape = l.bottom_shapes[0]
@@ -263,7 +263,7 @@ def flatten(g: Graph, l: Layer) -> None:
     _reshape(g, l, [0] * start + [-1] + list(shape[end + 1:]))
 
 
-def reshape(g: Graph, l: Layer) -> None:
+def reshape(g: OnnxGraph, l: Layer) -> None:
     """Caffe's 0 copies the bottom's axis at the same place, as ONNX's does (``allowzero`` off);
     axes after the replaced range are given as Caffe sized them."""
     p = l.param.reshape_param
@@ -274,7 +274,7 @@ def reshape(g: Graph, l: Layer) -> None:
     _reshape(g, l, [0] * start + [int(d) for d in p.shape.dim] + list(shape[end:]))
 
 
-def crop(g: Graph, l: Layer) -> None:
+def crop(g: OnnxGraph, l: Layer) -> None:
     p = l.param.crop_param
     rank = len(l.bottom_shapes[0])
     axis = axis_of(p.axis, rank)
@@ -285,7 +285,7 @@ def crop(g: Graph, l: Layer) -> None:
                     g.ints(f"{l.name}/axes", list(range(axis, rank)))], l.name, l.tops[0])
 
 
-def tile(g: Graph, l: Layer) -> None:
+def tile(g: OnnxGraph, l: Layer) -> None:
     p = l.param.tile_param
     rank = len(l.bottom_shapes[0])
     repeats = [1] * rank
@@ -293,12 +293,12 @@ def tile(g: Graph, l: Layer) -> None:
     g.op1("Tile", [l.bottoms[0], g.ints(f"{l.name}/repeats", repeats)], l.name, l.tops[0])
 
 
-def softmax(g: Graph, l: Layer) -> None:
+def softmax(g: OnnxGraph, l: Layer) -> None:
     g.op1("Softmax", [l.bottoms[0]], l.name, l.tops[0],
           axis=axis_of(l.param.softmax_param.axis, len(l.bottom_shapes[0])))
 
 
-def argmax(g: Graph, l: Layer) -> None:
+def argmax(g: OnnxGraph, l: Layer) -> None:
     """Top-k indices (as floats) or values; without an axis over each item's values, shaped
     (N, 1 or 2, k, 1...) with indices then values, as Caffe's ArgMaxLayer writes them."""
     p = l.param.argmax_param
@@ -323,7 +323,7 @@ def argmax(g: Graph, l: Layer) -> None:
     g.op1("Reshape", [rows, g.ints(f"{l.name}/shape", target)], l.name, l.tops[0])
 
 
-def reduction(g: Graph, l: Layer) -> None:
+def reduction(g: OnnxGraph, l: Layer) -> None:
     p = l.param.reduction_param
     rank = len(l.bottom_shapes[0])
     axis = axis_of(p.axis, rank)
@@ -335,11 +335,11 @@ def reduction(g: Graph, l: Layer) -> None:
     g.op1("Mul", [reduced, g.const(f"{l.name}/coeff", p.coeff)], l.name, l.tops[0])
 
 
-def parameter(g: Graph, l: Layer) -> None:
+def parameter(g: OnnxGraph, l: Layer) -> None:
     g.op1("Identity", [g.const(f"{l.name}/value", l.blobs[0])], l.name, l.tops[0])
 
 
-CONVERTERS: dict[str, Callable[[Graph, Layer], None]] = {
+CONVERTERS: dict[str, Callable[[OnnxGraph, Layer], None]] = {
     "Convolution": convolution, "Deconvolution": deconvolution, "Pooling": pooling,
     "InnerProduct": inner_product, "Embed": embed,
     "ReLU": relu, "PReLU": prelu, "Sigmoid": unary("Sigmoid"), "TanH": unary("Tanh"),

@@ -13,7 +13,7 @@ from the same net — after a test pass; ``test_net=False`` leaves it out) or ru
   have their own gradients; Flatten, Reshape and the like share both; a gradient where Caffe takes
   one (:func:`_diff_keys`); Data tops point into the prefetch buffers (``data_param.prefetch``
   batches, 4 by default);
-* per-layer buffers, from each layer's rule (:mod:`caffetool.memory.layers`), each only if the step
+* per-layer buffers, from each layer's rule (:mod:`caffetool.memory.rules`), each only if the step
   that first touches it runs; an RNN's or LSTM's unrolled net, accounted like a net of its own;
 * GPU mode: all of the above on the device, prefetch batches also in pinned host memory, each
   allocation in CUDA's 2 MiB pages (large ones in whole pages, small ones packed); with cuDNN, each
@@ -47,8 +47,7 @@ from typing import Any
 from caffetool.choices import INT32_MAX, choose
 from caffetool.engine import cudnn_settings
 from caffetool.errors import ConfigError, NetError
-from caffetool.memory import device, parallel
-from caffetool.memory import graph as graphs
+from caffetool.memory import device, netgraph, parallel
 from caffetool.memory.info import Buffer, Shape, count
 
 HISTORY = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
@@ -171,7 +170,7 @@ def estimate(net: Any, options: Options, text: str | None = None, source: str = 
     o = options
     float_size = 2 if o.dtype == "fp16" else 4
     training = o.phase == "train"
-    main = graphs.build(net, o.phase, o.input_shape, o.batch, text, source)
+    main = netgraph.build(net, o.phase, o.input_shape, o.batch, text, source)
     _check_blob_sizes(main, source, "batch", "--batch-size")
     ledger = _Ledger(float_size)
     rows = _account(main, o, ledger, train_net=training, forward=True)
@@ -180,7 +179,7 @@ def estimate(net: Any, options: Options, text: str | None = None, source: str = 
     not_counted = list(main.not_counted)
     nodes = list(main.nodes)
     for tested in (o.test_nets if o.test_nets is not None else [net]) if training and o.test_net else []:
-        test = graphs.build(tested, "test", o.input_shape, o.test_batch, text if tested is net else None, source)
+        test = netgraph.build(tested, "test", o.input_shape, o.test_batch, text if tested is net else None, source)
         _check_blob_sizes(test, source, "test batch", "the TEST Data layer's batch_size")
         trained = {node.name for node in main.nodes}
         test_rows += _account(test, o, ledger, train_net=False, forward=True, shared_params=trained)
@@ -198,21 +197,21 @@ def estimate(net: Any, options: Options, text: str | None = None, source: str = 
     }
     allocator = ledger.allocator_overhead() if o.mode == "cpu" else device.page_rounding(ledger.sizes)
     return Estimate(o, rows, test_rows, groups, ledger.pinned, allocator, ledger.sizes,
-                    graphs.param_count(main), sum(r.macc for r in rows), time.perf_counter() - start,
+                    netgraph.param_count(main), sum(r.macc for r in rows), time.perf_counter() - start,
                     unmodelled, not_counted)
 
 
 def largest_buildable_batch(net: Any, options: Options, text: str | None = None) -> int:
     """The largest batch whose every activation stays within Caffe's INT_MAX elements per blob."""
-    return _buildable(graphs.build(net, options.phase, options.input_shape, 1, text))
+    return _buildable(netgraph.build(net, options.phase, options.input_shape, 1, text))
 
 
-def _buildable(g: graphs.Graph) -> int:
+def _buildable(g: netgraph.Graph) -> int:
     """Activations lead with the batch, so each allows INT_MAX // (its elements per sample)."""
     return min((BLOB_LIMIT // count(shape[1:]) for shape in g.shapes.values() if shape), default=BLOB_LIMIT)
 
 
-def _check_blob_sizes(g: graphs.Graph, source: str, what: str, flag: str) -> None:
+def _check_blob_sizes(g: netgraph.Graph, source: str, what: str, flag: str) -> None:
     """Refuse what Caffe's ``Blob::Reshape`` would abort on, naming the blob and a batch that fits."""
     for node in g.nodes:
         for shape in node.info.params:
@@ -274,7 +273,7 @@ def _runs(when: str, train_net: bool, backward: bool, gpu: bool, propagates: boo
         when == "propagate" and train_net and backward and propagates)
 
 
-def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forward: bool,
+def _account(g: netgraph.Graph, o: Options, ledger: _Ledger, train_net: bool, forward: bool,
              shared_params: bool | set[str] = False, backward_runs: bool = True) -> list[Row]:
     """One row per layer: the bytes Caffe allocates for it in this net (``shared_params``: the
     TEST net, whose layers take the TRAIN net's weights by name, ``Net::ShareTrainedLayersWith``)."""
@@ -327,12 +326,12 @@ def _account(g: graphs.Graph, o: Options, ledger: _Ledger, train_net: bool, forw
     return rows
 
 
-def _cudnn(node: graphs.Node, o: Options) -> bool:
+def _cudnn(node: netgraph.Node, o: Options) -> bool:
     """Whether Caffe's layer factory makes this layer a cuDNN class in this run."""
     return o.mode == "gpu" and o.cudnn and node.info.cudnn is not None
 
 
-def _buffers(node: graphs.Node, o: Options, cudnn: bool = False) -> list[Buffer]:
+def _buffers(node: netgraph.Node, o: Options, cudnn: bool = False) -> list[Buffer]:
     """The layer's buffers in this engine: cuDNN's class keeps its own set; a convolution of the
     OpenMP engine, on the CPU, adds its threads' scratch and may leave ``col_buffer_`` to the GPU
     code (:mod:`caffetool.memory.parallel`)."""
@@ -346,7 +345,7 @@ def _buffers(node: graphs.Node, o: Options, cudnn: bool = False) -> list[Buffer]
     return kept + [b for b in extra if b.count]
 
 
-def _objects(node: graphs.Node, g: graphs.Graph, train_net: bool, o: Options) -> int:
+def _objects(node: netgraph.Node, g: netgraph.Graph, train_net: bool, o: Options) -> int:
     """Host bytes of Caffe's bookkeeping for one layer (``OBJECT_BYTES``)."""
     tops = len(set(node.tops) - set(node.bottoms))
     blobs = len(node.info.buffers) + EXTRA_BLOBS.get(node.type, 0)
@@ -356,7 +355,7 @@ def _objects(node: graphs.Node, g: graphs.Graph, train_net: bool, o: Options) ->
             + OBJECT_BYTES["blob"] * blobs + per_param * len(node.info.params))
 
 
-def _account_source(node: graphs.Node, g: graphs.Graph, gpu: bool, ledger: _Ledger, row: Row) -> None:
+def _account_source(node: netgraph.Node, g: netgraph.Graph, gpu: bool, ledger: _Ledger, row: Row) -> None:
     """A data layer's tops: prefetch batches (pinned host memory plus device copies on a GPU),
     tops filled at set-up (DummyData) or first read (Input), or the caller's arrays (MemoryData)."""
     for blob in node.tops:
@@ -369,7 +368,7 @@ def _account_source(node: graphs.Node, g: graphs.Graph, gpu: bool, ledger: _Ledg
                 row.data_bytes += batches
 
 
-def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool, cudnn: bool = False) -> set[str]:
+def _diff_keys(g: netgraph.Graph, backward: bool, gpu: bool, cudnn: bool = False) -> set[str]:
     """The gradient allocations Caffe makes: loss tops (``SetLossWeights`` at set-up), blobs a
     forward pass uses as scratch, and in backward every top of a layer that back-propagates and
     the bottoms it writes (``LayerInfo.bottom_diff``, or a cuDNN class's own policy; ``always``:
@@ -405,7 +404,7 @@ def _diff_keys(g: graphs.Graph, backward: bool, gpu: bool, cudnn: bool = False) 
     return keys
 
 
-def _book_shared_cudnn(layers: list[tuple[graphs.Node, Row, bool]], o: Options, ledger: _Ledger) -> None:
+def _book_shared_cudnn(layers: list[tuple[netgraph.Node, Row, bool]], o: Options, ledger: _Ledger) -> None:
     """caffetool's engine (patch 0006): one workspace for the thread, as large as the largest single
     need of the cuDNN convolution calls that run (the training and test nets run on the same
     thread, so they share it), booked on the layer that needs it, and what cuDNN's convolutions

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caffetool.errors import NetError
-from caffetool.memory import layers as rules
+from caffetool.memory import rules
 from caffetool.memory.info import INSIDE, LayerInfo, Shape, count
 from caffetool.memory.sources import DATA_LAYERS, DataTops, data_tops
 from caffetool.nets import state

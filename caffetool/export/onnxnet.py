@@ -1,5 +1,5 @@
 """A Caffe deploy net with its weights, as one ONNX model: the layers in Caffe's order, each as the
-operators of :mod:`.layers`, with the weights pycaffe loaded.
+operators of :mod:`.onnxlayers`, with the weights pycaffe loaded.
 
 The layers are those Caffe itself kept (``caffe.Net`` applies the ``include``/``exclude`` rules; the
 Split layers it inserts are left out: ONNX tensors fan out by themselves), and the shapes are the
@@ -18,9 +18,9 @@ import numpy as np
 import onnx
 
 from caffetool.errors import ExportError
-from caffetool.export import layers
+from caffetool.export import onnxlayers
 from caffetool.export.caffelayer import Layer
-from caffetool.export.graph import Graph, tensor
+from caffetool.export.onnxgraph import OnnxGraph, tensor
 
 DYNAMIC_BATCH = "N"
 MIN_OPSET = 13  # Softmax over one axis, Split sizes, Unsqueeze axes and Clip bounds as inputs
@@ -47,10 +47,10 @@ class Converted:
 def refusals(net_param: Any) -> None:
     """Refuse, before anything is built, the first layer no ONNX operator can express: by name and reason."""
     for layer in net_param.layer:
-        if layer.type in layers.REFUSED:
+        if layer.type in onnxlayers.REFUSED:
             raise ExportError(f"layer {layer.name!r} ({layer.type}) cannot be exported: "
-                              f"{layers.REFUSED[layer.type]}")
-        if layer.type not in layers.CONVERTERS and layer.type not in ("Input", "Silence"):
+                              f"{onnxlayers.REFUSED[layer.type]}")
+        if layer.type not in onnxlayers.CONVERTERS and layer.type not in ("Input", "Silence"):
             raise ExportError(f"layer {layer.name!r} has type {layer.type!r}, which is not a BVLC Caffe 1.0 layer "
                               "the export covers (see the README's list of layers)")
 
@@ -64,7 +64,7 @@ def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) 
     twice = [n for n, c in Counter(layer.name for layer in kept).items() if c > 1]
     if twice:
         raise ExportError(f"two layers are named {twice[0]!r}; give each layer its own name")
-    g = Graph(opset)
+    g = OnnxGraph(opset)
     first = batch if batch is not None else DYNAMIC_BATCH
     inputs: dict[str, tuple[int, ...]] = {}
     for blob in [*net_param.input, *(t for layer in kept if layer.type == "Input" for t in layer.top)]:
@@ -86,7 +86,7 @@ def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) 
         item = Layer(layer, [current[b] for b in layer.bottom], tops,
                             [tuple(net.blobs[b].data.shape) for b in layer.bottom],
                             [tuple(net.blobs[t].data.shape) for t in layer.top], params)
-        layers.CONVERTERS[layer.type](g, item)
+        onnxlayers.CONVERTERS[layer.type](g, item)
         current.update(zip(layer.top, tops))
         compared.append(Compared(layer.name, layer.type, order.index(layer.name), tuple(zip(layer.top, tops))))
     outputs = [current[blob] for blob in net.outputs if blob in current]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from caffetool.errors import ConfigError
-from caffetool.memory import estimate as est
+from caffetool.memory import estimator
 
 PCIE_BYTES_PER_S = 12e9  # PCIe 3.0 x16, what vDNN-style offload can use in practice
 
@@ -48,28 +48,28 @@ class Fit:
         return 0 < self.largest_batch == self.blob_limit_batch
 
 
-def largest_batch(net: Any, options: est.Options, budget: int, text: str | None = None) -> int:
+def largest_batch(net: Any, options: estimator.Options, budget: int, text: str | None = None) -> int:
     """The largest batch within ``budget`` bytes that Caffe can also build (0 when none fits)."""
-    fixed, per_sample = est.per_sample(net, options, text)
+    fixed, per_sample = estimator.per_sample(net, options, text)
     if per_sample <= 0 or fixed > budget:
         return 0
-    batch = min(max(0, (budget - fixed) // per_sample), est.largest_buildable_batch(net, options, text))
-    while batch > 0 and est.estimate(net, replace(options, batch=batch), text).total > budget:
+    batch = min(max(0, (budget - fixed) // per_sample), estimator.largest_buildable_batch(net, options, text))
+    while batch > 0 and estimator.estimate(net, replace(options, batch=batch), text).total > budget:
         batch -= 1
     return int(batch)
 
 
-def fit(net: Any, options: est.Options, capacity: int, reserve: int, text: str | None = None) -> Fit:
+def fit(net: Any, options: estimator.Options, capacity: int, reserve: int, text: str | None = None) -> Fit:
     """Whether the asked batch fits ``capacity`` bytes less ``reserve``, and the changes if it does not."""
     check_budget(capacity, reserve)
     options = replace(options, mode="gpu")
     budget = capacity - reserve
-    wanted = est.estimate(net, options, text)
+    wanted = estimator.estimate(net, options, text)
     batch = wanted.rows[0].top[0] if wanted.rows and wanted.rows[0].top else (options.batch or 1)
     best = largest_batch(net, options, budget, text)
     changes = [] if wanted.total <= budget else _changes(net, options, wanted, batch, best, budget, text)
     return Fit(capacity, reserve, best, batch, wanted.total, wanted.total <= budget,
-               sorted(changes, key=lambda c: -c.saves), est.largest_buildable_batch(net, options, text),
+               sorted(changes, key=lambda c: -c.saves), estimator.largest_buildable_batch(net, options, text),
                wanted.unmodelled)
 
 
@@ -97,13 +97,13 @@ def exact_split(batch: int, largest: int) -> tuple[int, int]:
     return batch // k, k
 
 
-def _changes(net: Any, o: est.Options, wanted: est.Estimate, batch: int, best: int, budget: int,
+def _changes(net: Any, o: estimator.Options, wanted: estimator.Estimate, batch: int, best: int, budget: int,
              text: str | None) -> list[Change]:
     out = []
     total = wanted.total
     if best >= 1:
         out.append(_split_batch(net, o, total, batch, best, budget, text))
-    half = est.estimate(net, replace(o, dtype="fp16"), text).total
+    half = estimator.estimate(net, replace(o, dtype="fp16"), text).total
     out.append(Change("fp16 storage for weights, gradients and activations", total - half,
                       "needs an fp16-capable Caffe (BVLC stores fp32); watch small gradients (loss scaling)",
                       half <= budget))
@@ -123,23 +123,23 @@ def _changes(net: Any, o: est.Options, wanted: est.Estimate, batch: int, best: i
     return [c for c in out if c.saves > 0] + [c for c in out if c.saves <= 0]
 
 
-def _split_batch(net: Any, o: est.Options, total: int, batch: int, best: int, budget: int,
+def _split_batch(net: Any, o: estimator.Options, total: int, batch: int, best: int, budget: int,
                  text: str | None) -> Change:
     """The asked effective batch (batch x iter_size) as more passes of a batch that fits."""
     effective = batch * o.iter_size
     part, k = exact_split(effective, best)
-    smaller = est.estimate(net, replace(o, batch=part, iter_size=k), text).total
+    smaller = estimator.estimate(net, replace(o, batch=part, iter_size=k), text).total
     return Change(f"batch {part} with iter_size {k} ({part} x {k} = {effective}, the same effective batch)",
                   total - smaller, f"{k} forward/backward passes per update instead of {o.iter_size}; the same "
                   f"gradient (BatchNorm statistics would see batches of {part})", smaller <= budget)
 
 
-def _in_place_savings(e: est.Estimate) -> int:
+def _in_place_savings(e: estimator.Estimate) -> int:
     kinds = {"ReLU", "Dropout", "BatchNorm", "Scale", "Sigmoid", "TanH"}
     return sum(r.data_bytes + r.diff_bytes for r in e.rows if r.type in kinds)
 
 
-def _largest_live(e: est.Estimate) -> int:
+def _largest_live(e: estimator.Estimate) -> int:
     """vDNN's peak: the biggest layer's input and output, data and gradient, kept on the device."""
     rows = e.rows
     best = 0
@@ -148,7 +148,7 @@ def _largest_live(e: est.Estimate) -> int:
     return best
 
 
-def _shrink_fc(net: Any, o: est.Options, text: str | None, total: int, budget: int) -> Change | None:
+def _shrink_fc(net: Any, o: estimator.Options, text: str | None, total: int, budget: int) -> Change | None:
     """Shrink the two widest hidden InnerProduct layers to a quarter of their outputs."""
     ips = [layer for layer in net.layer if layer.type == "InnerProduct"]
     hidden = sorted(ips[:-1], key=lambda layer: -layer.inner_product_param.num_output)[:2]
@@ -159,7 +159,7 @@ def _shrink_fc(net: Any, o: est.Options, text: str | None, total: int, budget: i
     for layer in smaller.layer:
         if layer.name in names:
             layer.inner_product_param.num_output = max(1, layer.inner_product_param.num_output // 4)
-    after = est.estimate(smaller, o).total
+    after = estimator.estimate(smaller, o).total
     what = ", ".join(f"{layer.name} {layer.inner_product_param.num_output}->{max(1, layer.inner_product_param.num_output // 4)}"
                      for layer in hidden)
     return Change(f"shrink the fully-connected layers ({what})", total - after,

@@ -14,12 +14,12 @@ from pathlib import Path
 from types import ModuleType
 from urllib.parse import quote
 
-from caffetool.demo import examples
-from caffetool.demo.batcher import Batcher, Batching
-from caffetool.demo.classifier import Classifier
-from caffetool.demo.metrics import Metrics
-from caffetool.demo.runview import RunView
 from caffetool.errors import ConfigError
+from caffetool.runpage import examples
+from caffetool.runpage.runview import RunView
+from caffetool.serving.batcher import Batcher, Batching
+from caffetool.serving.classifier import Classifier
+from caffetool.serving.telemetry import ServerMetrics
 
 DEFAULT_VERSION = "1"
 NO_RUN = "the demo serves model files given one by one (--deploy), not a run"
@@ -30,7 +30,7 @@ class NoSuchModel(ConfigError):
 
 
 @dataclass(frozen=True)
-class Model:
+class ServedModel:
     """A classifier as served: under ``name``, version ``version``."""
 
     name: str
@@ -52,7 +52,7 @@ class Served:
 
 
 class Catalog:
-    def __init__(self, models: list[Model], batching: Batching, metrics: Metrics,
+    def __init__(self, models: list[ServedModel], batching: Batching, metrics: ServerMetrics,
                  caffe_pb2: ModuleType | None = None) -> None:
         if not models:
             raise ConfigError("no model to serve")

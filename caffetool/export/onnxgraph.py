@@ -1,7 +1,7 @@
 """An ONNX graph under construction: nodes, weights as initializers, and names that stay unique.
 
 Caffe names blobs, and in-place layers (ReLU, Dropout, BatchNorm, Scale ...) write the blob they
-read; ONNX wants every tensor written once. :class:`Graph` keeps Caffe's name for the *last* writer
+read; ONNX wants every tensor written once. :class:`OnnxGraph` keeps Caffe's name for the *last* writer
 of each blob (so the model's inputs and outputs carry the names of the deploy net's blobs) and names
 earlier versions ``BLOB/LAYER``. Every node, initializer and value is made with ``onnx.helper``.
 
@@ -21,7 +21,7 @@ AXES_AS_INPUT = {"ReduceSum": 13}  # every other reduction: from opset 18
 REDUCE_AXES_INPUT_OPSET = 18
 
 
-class Graph:
+class OnnxGraph:
     """Nodes and initializers of one model, in order, with unique names."""
 
     def __init__(self, opset: int) -> None:

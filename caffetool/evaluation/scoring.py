@@ -4,7 +4,7 @@
 The labels come from a folder with one sub-folder per class, named as the run's classes (``labels.txt``,
 or ``0``, ``1``, ... for a run without one), or from a list of Caffe's ``convert_imageset`` lines,
 ``path label`` (the label an index, the path relative to the list file's folder). Images go through
-the demo's own preprocessing (:meth:`caffetool.demo.classifier.Classifier.classify`), one at a time,
+the demo's own preprocessing (:meth:`caffetool.serving.classifier.Classifier.classify`), one at a time,
 so the figures are those a user of the demo would see. Files that are no image are counted and named,
 not scored.
 """
@@ -23,7 +23,7 @@ import numpy as np
 
 from caffetool.errors import ConfigError, DataError, ImageError
 from caffetool.evaluation import metrics, writeup
-from caffetool.runs import labels as label_file
+from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
 
 THUMBNAIL = 96
@@ -91,7 +91,7 @@ def evaluate(classifier: Any, items: list[Item], top: int | None, out: Path, sou
     ``shown(item, result, error)`` hears of each image as it is done (a result, or why it failed).
     """
     names = classifier.labels
-    k = label_file.top_k(top, len(names))
+    k = labelfile.top_k(top, len(names))
     rows: list[list[Any]] = [["path", "true", "predicted", "probability", f"top{k}"]]
     done: list[Item] = []
     tops, probs, failures = [], [], []

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from caffetool.demo.classifier import Classifier
 from caffetool.errors import ExportError, NetError
 from caffetool.inference import preprocess
 from caffetool.inference.modelfiles import ModelFiles
-from caffetool.runs import labels as label_file
+from caffetool.runs import labelfile
+from caffetool.serving.classifier import Classifier
 
 
 def load(path: Path, name: str) -> Classifier:
@@ -63,9 +63,9 @@ def _labels(props: dict[str, str], path: Path) -> list[str] | None:
         except (ValueError, TypeError) as e:
             raise ExportError(f"{path}: its {preprocessing.LABELS!r} metadata cannot be read ({e})") from None
     beside = _labels_file(path)
-    return label_file.read(beside) if beside else None
+    return labelfile.read(beside) if beside else None
 
 
 def _labels_file(path: Path) -> Path | None:
-    beside = path.parent / label_file.FILE
+    beside = path.parent / labelfile.FILE
     return beside if beside.is_file() else None

@@ -80,7 +80,7 @@ class RequestTooLarge(ConfigError):
 
 
 class Observer(Protocol):
-    """What the batcher reports (:class:`caffetool.demo.metrics.ModelObserver`)."""
+    """What the batcher reports (:class:`caffetool.serving.telemetry.ModelObserver`)."""
 
     def passed(self, images: int, waits: list[float]) -> None: ...
 

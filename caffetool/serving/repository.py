@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from caffetool.demo import classifier as demo_classifier
-from caffetool.demo.catalog import Model
 from caffetool.engine import EngineInfo
 from caffetool.errors import CaffetoolError, ConfigError
 from caffetool.inference import modelfiles
 from caffetool.runs.folder import NAMES, RunFolder
+from caffetool.serving import classifier
+from caffetool.serving.catalog import ServedModel
 from caffetool.train.devices import CPU, PycaffeDevice
 
 ONNX_MODEL = "model.onnx"
@@ -68,20 +68,20 @@ def _kind(folder: Path) -> str:
 
 
 def load(engine: EngineInfo, root: Path, backend: str = "caffe", device: PycaffeDevice = CPU,
-         validate: bool = True) -> list[Model]:
+         validate: bool = True) -> list[ServedModel]:
     """Every model version of the repository at ``root``, loaded and proven (runs on ``backend``)."""
-    from caffetool.demo import onnxmodel  # noqa: PLC0415 - onnx only for a repository
+    from caffetool.serving import onnxmodel  # noqa: PLC0415 - onnx only for a repository
 
     loaded = []
     for entry in scan(root):
         try:
             if entry.kind == "onnx":
-                classifier = onnxmodel.load(entry.path / ONNX_MODEL, entry.name)
+                model = onnxmodel.load(entry.path / ONNX_MODEL, entry.name)
             else:
                 files = modelfiles.from_run(entry.path)
-                classifier = demo_classifier.load(engine, files, backend, validate, device)
-                classifier.name = entry.name
+                model = classifier.load(engine, files, backend, validate, device)
+                model.name = entry.name
         except CaffetoolError as e:
             raise type(e)(f"model {entry.name} version {entry.version}: {e}") from None
-        loaded.append(Model(entry.name, entry.version, classifier))
+        loaded.append(ServedModel(entry.name, entry.version, model))
     return loaded

@@ -48,7 +48,7 @@ class ModelObserver:
         self.dropped_requests.inc(requests)
 
 
-class Metrics:
+class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -84,7 +84,7 @@ class Metrics:
 class Counting:
     """ASGI middleware counting every HTTP request by its route's template and its status."""
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    def __init__(self, app: Any, metrics: ServerMetrics) -> None:
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:

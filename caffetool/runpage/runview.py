@@ -41,7 +41,7 @@ class DamagedRun(RunError):
 
 
 @dataclass(frozen=True)
-class Evaluation:
+class EvaluationView:
     """One ``eval/<weights>/`` folder: its summary and its PNG images by name."""
 
     folder: Path
@@ -58,7 +58,7 @@ class RunView:
         """The run's training curves by file name."""
         return _pngs(self.run_dir, RunFolder(self.run_dir).plots)
 
-    def evaluation(self) -> Evaluation | None:
+    def evaluation(self) -> EvaluationView | None:
         """The newest readable evaluation of the run's own data (``caffetool evaluate``), or None when
         the run has none; ``demo.classify --labelled`` results on other images (split ``images``) are
         not the run's evaluation."""
@@ -67,7 +67,7 @@ class RunView:
         for _, path in summaries:
             summary = _json(path)
             if isinstance(summary, dict) and summary.get("split") != "images":
-                return Evaluation(path.parent, summary, _pngs(self.run_dir, path.parent))
+                return EvaluationView(path.parent, summary, _pngs(self.run_dir, path.parent))
         return None
 
     def image(self, kind: str, name: str) -> Path:

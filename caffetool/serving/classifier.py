@@ -24,14 +24,14 @@ import cv2
 import numpy as np
 
 from caffetool.choices import choose
-from caffetool.demo import grids
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.inference import preprocess
 from caffetool.inference.modelfiles import ModelFiles, input_shape, transform_of
 from caffetool.nets import check, prototxt
-from caffetool.runs import labels as label_file
+from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
+from caffetool.serving import grids
 from caffetool.train.devices import CPU, PycaffeDevice
 
 BACKENDS = ("caffe", "opencv", "onnxruntime")
@@ -193,7 +193,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     output = deploy.layer[-1].top[0] if deploy.layer else "prob"
     if validate:  # a corrupt file aborts Caffe: let that happen in a child, not in the server
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
-    labels = None if unnamed else label_file.read(files.labels)
+    labels = None if unnamed else labelfile.read(files.labels)
     transform = transform_of(caffe, files, deploy)
     net = None
     if backend == "caffe":

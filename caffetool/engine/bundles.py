@@ -42,8 +42,15 @@ from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
 from caffetool.engine import cudalibs, cudnnlibs, elf
 from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, made_by_caffetool
-from caffetool.errors import (BundleError, ChecksumMismatch, ConfigError, EngineCorrupt,
-                              EngineError, EngineNotFound, SourceError)
+from caffetool.errors import (
+    BundleError,
+    ChecksumMismatch,
+    ConfigError,
+    EngineCorrupt,
+    EngineError,
+    EngineNotFound,
+    SourceError,
+)
 from caffetool.proc import run_checked
 
 BUNDLE_MANIFEST = "caffetool-bundle.json"

@@ -3,7 +3,7 @@
 ``--param NAME=V1,V2,...`` is a grid (every value is tried); ``--param NAME=log:LO..HI``,
 ``uniform:LO..HI`` and ``int:LO..HI`` are sampled (``--samples N`` draws per grid point, as Ray
 Tune's ``num_samples`` does). NAME is any training setting a run takes as a flag: the solver's
-numbers (:data:`caffetool.nets.solver.LIMITS`), ``type``, ``lr_policy``, ``batch_size`` and
+numbers (:data:`caffetool.nets.solvers.LIMITS`), ``type``, ``lr_policy``, ``batch_size`` and
 ``test_batch_size``. Every value, and both ends of every range, is read and checked exactly as the
 train flags are (:meth:`SolverOptions.from_flags`, :func:`caffetool.choices.count`), and so is
 every combination of grid values with the fixed flags at each end of the ranges, so that a sweep
@@ -27,7 +27,7 @@ from typing import Any
 
 from caffetool.choices import INT32_MAX, Limit, choose, number
 from caffetool.errors import ConfigError
-from caffetool.nets import solver as solvers
+from caffetool.nets import solvers
 
 BATCH = Limit("a batch size", 1, INT32_MAX, kind=int)
 # The settings a sweep may vary, and how each is read: a Limit for numbers, a tuple for names.
