@@ -62,7 +62,7 @@ def _kind(folder: Path) -> str:
         return "run"
     if (folder / ONNX_MODEL).is_file():
         return "onnx"
-    raise ConfigError(f"{folder} holds neither a caffetool run ({NAMES["manifest"]}) nor an ONNX export "
+    raise ConfigError(f"{folder} holds neither a caffetool run ({NAMES['manifest']}) nor an ONNX export "
                       f"({ONNX_MODEL}); make it a link to a run folder, or copy `caffetool export`'s "
                       f"{ONNX_MODEL} into it")
 
