@@ -4,7 +4,7 @@ The commands are built here as data and run by the task layer; the image recipes
 ``docker/``. GPU images (``docker/Dockerfile``) compile the engine in an
 ``nvidia/cuda:<cuda>-cudnn-devel-ubuntu<ubuntu>`` build stage, copy it to the matching
 ``-cudnn-runtime`` final stage and pin NCCL to the release NVIDIA's CUDA repository pairs with that
-CUDA. The CPU image (``docker/bundles.Dockerfile``) is Debian 12 with the host's installed engine
+CUDA. The CPU image (``docker/bundle.Dockerfile``) is Debian 12 with the host's installed engine
 unpacked from an engine bundle: no compiler in the build, a minute instead of a source build's ten.
 The GPU image ``--base pypi`` is the same recipe with a CUDA engine's bundle: Debian 12 plus the
 NVIDIA wheels from PyPI that the bundle declares (CUDA 13 runtime, cuBLAS, cuRAND, cuDNN 9, NCCL),
@@ -62,7 +62,7 @@ CONTAINER_PROJECT = "/opt/caffetool"
 CONTAINER_ENGINE = "/opt/caffe"
 # Staged inputs of a build, inside the build context (.dockerignore lets this folder of build/ through).
 STAGE = Path("build") / "docker-context"
-DOCKERFILES = {"source": Path("docker") / "Dockerfile", "bundle": Path("docker") / "bundles.Dockerfile"}
+DOCKERFILES = {"source": Path("docker") / "Dockerfile", "bundle": Path("docker") / "bundle.Dockerfile"}
 # The files of an installed engine whose libraries `docker.check` resolves inside an image.
 ENGINE_ELVES = ("bin/caffe", "lib/libcaffe.so")
 BUNDLE_NAME = "engine.tar.zst"

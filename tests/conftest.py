@@ -104,6 +104,45 @@ def caffe(engine):
 
 
 @pytest.fixture(scope="session")
+def rows_independent_of_batch(caffe, tmp_path_factory) -> bool:
+    """Whether the engine's BLAS, on this CPU, gives one row of a product the same bits whatever the
+    number of rows: an InnerProduct layer's answer for one image alone against the same image in a
+    batch of 16. MKL with its strict conditional numerical reproducibility does on Intel CPUs; on
+    AMD EPYC neither MKL nor OpenBLAS does (a one-row product takes their matrix-vector path), and a
+    batched answer then differs from the answer alone in the last bits (3.6e-7 on LeNet's
+    probabilities)."""
+    import numpy as np
+
+    net_file = tmp_path_factory.mktemp("blas") / "ip.prototxt"
+    net_file.write_text('input: "x" input_shape { dim: 16 dim: 800 } layer { name: "ip" type: "InnerProduct" '
+                        'bottom: "x" top: "y" inner_product_param { num_output: 500 weight_filler { '
+                        'type: "gaussian" std: 0.1 } } }')
+    net = caffe.Net(str(net_file), caffe.TEST)
+    x = np.random.default_rng(0).normal(size=(16, 800)).astype(np.float32)
+    net.blobs["x"].data[...] = x
+    batched = net.forward()["y"].copy()
+    net.blobs["x"].reshape(1, 800)
+    alone = []
+    for row in x:
+        net.blobs["x"].data[...] = row
+        alone.append(net.forward()["y"][0].copy())
+    return bool(np.array_equal(np.stack(alone), batched))
+
+
+def same_answers(got, expected, bitwise: bool) -> bool:
+    """A server's batched answers against each image's answer alone: the same bits where the BLAS
+    makes them so (:func:`rows_independent_of_batch`), else equal to float32 rounding (1e-6) with the
+    same top class."""
+    import numpy as np
+
+    got, expected = np.asarray(got), np.asarray(expected)
+    if bitwise:
+        return bool(np.array_equal(got, expected))
+    return bool(got.shape == expected.shape and np.allclose(got, expected, rtol=0, atol=1e-6)
+                and (got.argmax(-1) == expected.argmax(-1)).all())
+
+
+@pytest.fixture(scope="session")
 def fashion_data(tmp_path_factory):
     """Fashion-MNIST from Debian's package, fetched into LMDB in a folder of the test session."""
     from caffetool.data import fetch

@@ -111,7 +111,7 @@ def test_cpu_build_from_a_bundle_with_the_legacy_builder_network_tag_and_push(en
     c = context(runtimes='{"runc":{}}')  # a CPU image needs no nvidia runtime
     docker.build(c, variant="cpu", tag="me/caffetool:cpu", push=True, network="host")
     build, push = sent(c)
-    assert build[:5] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundles.Dockerfile"),
+    assert build[:5] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundle.Dockerfile"),
                          "--build-arg"]
     assert build[5:8] == ["BASE_IMAGE=debian:12", "--network", "host"]
     assert build[-6:] == ["org.caffetool.variant=cpu", "--label", "org.caffetool.base=debian", "--tag",
@@ -215,7 +215,7 @@ def test_gpu_image_from_pypi_builds_from_a_bundle_on_debian():
     img = dockerimg.image("gpu", base="pypi")
     assert (img.tag, img.bundled, img.gpu) == ("caffetool:gpu-pypi-debian12", True, True)
     argv = dockerimg.build_argv(img, PROJECT, network="host")
-    assert argv[:4] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundles.Dockerfile")]
+    assert argv[:4] == ["docker", "build", "--file", str(PROJECT / "docker" / "bundle.Dockerfile")]
     assert argv[4:10] == ["--build-arg", "BASE_IMAGE=debian:12", "--build-arg", "NVIDIA_VISIBLE_DEVICES=all",
                           "--network", "host"]
     assert argv[-6:] == ["org.caffetool.variant=gpu", "--label", "org.caffetool.base=pypi",

@@ -191,6 +191,7 @@ def test_sigint_snapshots_and_resume_continues_from_there(data_dir, tmp_path, ca
     assert m["status"] == "finished" and m["resumes"][0]["from"] == f"snapshots/lenet_iter_{stopped_at}.solverstate"
 
 
+@pytest.mark.engine
 def test_a_test_while_the_run_trains_keeps_both_records(data_dir, tmp_path):
     """``train.test`` on a live run adds its record to the manifest on disk; the trainer's later
     writes keep it, and the test's write keeps the trainer's figures (no stale copy written back)."""
