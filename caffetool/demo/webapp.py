@@ -42,7 +42,7 @@ from caffetool.demo import multipart, v2
 from caffetool.errors import CaffetoolError, ConfigError, DataError, ImageError, NetError, RunError
 from caffetool.inference.preprocess import BadImage, NotAnImage
 from caffetool.runpage import examples, runpage
-from caffetool.runpage.runview import DamagedRun, NoRun, NoSuchImage, RunView
+from caffetool.runpage.runview import EVALUATIONS, PLOTS, DamagedRun, NoRun, NoSuchImage, RunView
 from caffetool.serving.batcher import Batching, ClientLeft, QueueFull, off_loop, unless_left
 from caffetool.serving.catalog import DEFAULT_VERSION, Catalog, NoSuchModel, Served, ServedModel
 from caffetool.serving.classifier import Classifier, NoVisualizations
@@ -208,8 +208,8 @@ def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_M
         Route("/api/examples/{name}", example_image),
         Route("/api/run", run_json),
         Route("/run", run_html),
-        Route("/run/plots/{name}", run_image("plots")),
-        Route("/run/eval/{name}", run_image("eval")),
+        Route(f"/run/{PLOTS}/{{name}}", run_image(PLOTS)),
+        Route(f"/run/{EVALUATIONS}/{{name}}", run_image(EVALUATIONS)),
         *v2.routes(catalog, max_body, _read_body),
         Route("/metrics", metrics.endpoint),
     ]

@@ -25,7 +25,7 @@ from caffetool.serving import classifier
 from caffetool.serving.catalog import ServedModel
 from caffetool.train.devices import CPU, PycaffeDevice
 
-ONNX_MODEL = "model.onnx"
+ONNX_MODEL = "model.onnx"  # Triton's name for an onnxruntime model in NAME/N/, and `caffetool export`'s (exporter.MODEL)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import parse_file
 from caffetool.sweep import hparams, search, searchspace, sweeprecord
 
-PLOTS = "plots"
 CURVES = "metric_vs_iterations.png"
 MARKERS = "o^sDv*"  # one per search that made trials (a sweep has at most two: random start, TPE)
 
@@ -98,7 +97,7 @@ def write(sweep_dir: Path) -> list[dict[str, Any]]:
     names = _param_names(rows)
     sweeprecord.write_results(sweep_dir, rows, names, plan["metric"])
     if any(r["curve"] for r in rows):
-        _plots(sweep_dir / PLOTS, rows, names, plan["metric"], plan["name"])
+        _plots(sweep_dir / sweeprecord.PLOTS, rows, names, plan["metric"], plan["name"])
     hparams.write(sweep_dir, plan, rows)
     return rows
 

@@ -22,6 +22,7 @@ from caffetool.runs import rundir
 
 PLAN = "sweep.json"
 RESULTS = "results.csv"
+PLOTS = "plots"  # every trial's metric against iterations, the best trials' curves
 TUNE_DIR = "tune"  # Ray Tune's own state (for sweep.resume)
 _WRITING = threading.Lock()
 FIXED_COLUMNS = ("metric", "metric_iteration", "iterations", "wall_s", "status", "search", "host", "node")

@@ -75,7 +75,7 @@ def report_(c: Any, name: str, runs_dir: str | None = None) -> None:
     sweep_dir = sweeprecord.find(Path(pick(runs_dir, c.runs.dir)), name)
     rows = leaderboard.write(sweep_dir)
     print(leaderboard.text(rows, sweeprecord.read_plan(sweep_dir).metric))
-    print(f"results:    {sweep_dir / sweeprecord.RESULTS} (plots in {sweep_dir / leaderboard.PLOTS})")
+    print(f"results:    {sweep_dir / sweeprecord.RESULTS} (plots in {sweep_dir / sweeprecord.PLOTS})")
 
 
 def finish(outcome: launch.SweepOutcome, metric: str) -> None:
@@ -83,7 +83,7 @@ def finish(outcome: launch.SweepOutcome, metric: str) -> None:
     print(leaderboard.text(outcome.trials, metric))
     print(f"sweep:      {outcome.sweep_dir} — {outcome.status}, {len(outcome.trials)} trial(s) in "
           f"{outcome.seconds:.1f} s")
-    print(f"results:    {outcome.sweep_dir / sweeprecord.RESULTS} (plots in {outcome.sweep_dir / leaderboard.PLOTS})")
+    print(f"results:    {outcome.sweep_dir / sweeprecord.RESULTS} (plots in {outcome.sweep_dir / sweeprecord.PLOTS})")
     if outcome.status == "interrupted":
         print(f"continue:   caffetool sweep.resume {outcome.sweep_dir.name}")
         raise Exit(code=130)

@@ -15,6 +15,7 @@ from caffetool import glog
 from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.proc import run_checked
+from caffetool.runs.folder import NAMES
 
 # caffe test ends with the mean of each output over the batches: "accuracy = 0.8917".
 TEST_RESULT = re.compile(r"^(\S+) = ([-+.\deE]+|nan|inf)(?: \(\* [-+.\deE]+ = [-+.\deE]+ loss\))?$")
@@ -32,7 +33,7 @@ class TestResult:
 
 
 def caffe_test(engine: EngineInfo, run_dir: Path, weights: Path, iterations: int, gpu_flag: list[str],
-               model: str | Path = "train_val.prototxt", level: int = 0) -> TestResult:
+               model: str | Path = NAMES["train_val"], level: int = 0) -> TestResult:
     """``caffe test`` on ``model`` (by default the run's train_val net) in the TEST phase at ``level``:
     the mean of each output over ``iterations`` batches. Relative paths in the net (data sources,
     mean files) resolve against ``run_dir``, as they do for the ``caffe train`` run there."""
