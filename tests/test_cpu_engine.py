@@ -9,10 +9,14 @@ convolution and against each other.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,15 +179,42 @@ def test_the_engine_runs_the_kernels_chosen_for_this_cpu(engine):
     assert f"Core: {chosen}" in done.stdout + done.stderr
 
 
-def test_thread_counts_come_from_the_flag_then_the_environment_then_the_cores():
+def test_thread_counts_come_from_the_flag_then_the_environment_then_the_cpu_share():
     env: dict[str, str] = {}
     assert cpu_threads.apply(3, env) == 3 and all(env[name] == "3" for name in cpu_threads.VARIABLES)
+    assert env[cpu_threads.ADAPT] == "0" and not cpu_threads.adaptive(env)  # --threads: fixed
     env = {"OMP_NUM_THREADS": "5"}
     assert cpu_threads.apply(None, env) == 5 and env["OPENBLAS_NUM_THREADS"] == "5"  # a sweep trial's setting
+    assert not cpu_threads.adaptive(env)
     env = {"OMP_NUM_THREADS": "junk"}
-    assert cpu_threads.apply(None, env) == len(os.sched_getaffinity(0))
+    assert cpu_threads.apply(None, env) == cpu_threads.budget() and cpu_threads.adaptive(env)
+    assert env[cpu_threads.ADAPT] == "1"
+    assert cpu_threads.adaptive({}) and not cpu_threads.adaptive({"OMP_NUM_THREADS": "2"})  # the engine's own rule
+    assert cpu_threads.adaptive({"OMP_NUM_THREADS": "2", cpu_threads.ADAPT: "1"})
     assert cpu_threads.of_engine({"openmp": False}, 8) == 1  # a stock engine's layers are serial
     assert cpu_threads.of_engine({"openmp": True}, None, {}) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("files,cgroup,quota", [
+    ({"cpu.max": "150000 100000\n"}, "0::/\n", 1.5),  # v2, a container's own cgroup as the root
+    ({"cpu.max": "max 100000\n", "user/job/cpu.max": "50000 100000\n"}, "0::/user/job\n", 0.5),
+    ({"cpu.max": "max 100000\n"}, "0::/\n", None),
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+      "cpu,cpuacct/bench/cpu.cfs_quota_us": "100000\n", "cpu,cpuacct/bench/cpu.cfs_period_us": "100000\n"},
+     "5:memory:/\n4:cpu,cpuacct:/bench\n", 1.0),  # v1, a job's cgroup under the host's root
+    ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n",
+      "cpu/a/cpu.cfs_quota_us": "300000\n", "cpu/a/cpu.cfs_period_us": "100000\n"}, "3:cpu:/a\n", 2.0),  # tightest
+    ({}, "0::/\n", None),
+])
+def test_a_cpu_quota_is_read_from_either_cgroup_version(tmp_path, files, cgroup, quota):
+    """cgroup folders as a container or a host shows them, written here."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "self-cgroup").write_text(cgroup)
+    assert cpu_threads.quota_cores(tmp_path, tmp_path / "self-cgroup") == quota
+    expected = cpu_threads.available() if quota is None else max(1, min(cpu_threads.available(), int(quota)))
+    assert cpu_threads.budget(tmp_path, tmp_path / "self-cgroup") == expected
 
 
 @pytest.mark.engine
@@ -198,14 +229,20 @@ def test_train_runs_on_the_threads_asked_for_and_records_them(fashion_data, tmp_
                   env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     recorded = json.loads((runs / "t" / "manifest.json").read_text())["threads"]
-    wanted = expected or str(len(os.sched_getaffinity(0)))
+    wanted = expected or str(cpu_threads.budget())
     assert all(recorded[name] == wanted for name in cpu_threads.VARIABLES), recorded
+    assert recorded[cpu_threads.ADAPT] == ("0" if expected else "1"), recorded  # --threads fixes the count
+    assert recorded["plan"] == {"adaptive": not expected, "cores": cpu_threads.available(),
+                                "quota": cpu_threads.quota_cores(), "budget": cpu_threads.budget()}
+    assert all(1 <= threads <= int(wanted) for _, threads in recorded["resized"]), recorded
+    assert not expected or recorded["resized"] == []  # a fixed count never changes
 
 
-def test_threads_are_bound_one_to_a_core_only_when_they_fill_the_cores_and_the_user_said_nothing():
+def test_a_fixed_team_is_bound_one_to_a_core_only_when_it_fills_the_cores_and_the_user_said_nothing():
     cores = str(cpu_threads.available())
-    assert cpu_threads.placement({}) == {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
-    assert cpu_threads.placement({"OMP_NUM_THREADS": cores}) == cpu_threads.PLACEMENT
+    assert cpu_threads.placement({"OMP_NUM_THREADS": cores}) == {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
+    assert cpu_threads.placement({}) == {}  # an adaptive team must be free to leave a busy core
+    assert cpu_threads.placement({"OMP_NUM_THREADS": cores, cpu_threads.ADAPT: "1"}) == {}
     assert cpu_threads.placement({"OMP_NUM_THREADS": str(int(cores) + 1)}) == {}  # oversubscribed
     if int(cores) > 1:
         assert cpu_threads.placement({"OMP_NUM_THREADS": "1"}) == {}  # a sweep's 1-CPU trial: never core 0 for all
@@ -216,7 +253,8 @@ def test_threads_are_bound_one_to_a_core_only_when_they_fill_the_cores_and_the_u
 def test_caffe_children_get_the_placement_and_pycaffe_in_process_does_not(monkeypatch):
     from caffetool.engine.locate import caffe_env
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cpu_threads.available()))  # a fixed team on every core
+    monkeypatch.delenv(cpu_threads.ADAPT, raising=False)
     for name in cpu_threads.USER_PLACEMENT:
         monkeypatch.delenv(name, raising=False)
     env = caffe_env()
@@ -224,6 +262,9 @@ def test_caffe_children_get_the_placement_and_pycaffe_in_process_does_not(monkey
     assert "OMP_PROC_BIND" not in os.environ  # caffe_env builds a child's environment; this process stays unbound
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     assert "OMP_PROC_BIND" not in caffe_env()
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert "OMP_PROC_BIND" not in caffe_env()  # the engine's default team adapts, and is never bound
 
 
 def test_a_server_spins_shorter_unless_the_user_said_how_threads_wait():
@@ -233,3 +274,86 @@ def test_a_server_spins_shorter_unless_the_user_said_how_threads_wait():
     for own in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "INFINITE"}, {"OMP_PROC_BIND": "false"}):
         given = dict(own)
         assert cpu_threads.for_serving(own) == {} and own == given  # the user's say stands, nothing added
+
+
+# A net whose passes take milliseconds on threads that meet at barriers: convolutions over a batch.
+CONV_NET = """name: "conv"
+layer { name: "data" type: "DummyData" top: "data" top: "label"
+  dummy_data_param { shape { dim: 32 dim: 1 dim: 28 dim: 28 } shape { dim: 32 }
+    data_filler { type: "gaussian" std: 1 } data_filler { type: "constant" value: 0 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param { num_output: 20 kernel_size: 5 weight_filler { type: "xavier" } } }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def train_smoke(engine, folder: Path, env: dict[str, str], cores: set[int] | None = None,
+                prefix: list[str] = (), net: str | None = None, iterations: int = 30) -> str:
+    """``caffe train`` on ``net`` (the engine's smoke net) with ``env``, on ``cores`` (its affinity): its log."""
+    from caffetool.engine import smoke
+
+    (folder / "net.prototxt").write_text(net or smoke.NET)
+    (folder / "solver.prototxt").write_text(smoke.SOLVER.format(net=folder / "net.prototxt", iterations=iterations))
+    child_env = {k: v for k, v in os.environ.items() if k not in (*cpu_threads.VARIABLES, cpu_threads.ADAPT)}
+    done = subprocess.run([*prefix, str(engine.caffe), "train", f"-solver={folder / 'solver.prototxt'}"],
+                          env={**child_env, "GLOG_logtostderr": "1", **env}, capture_output=True, text=True,
+                          preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None, timeout=300)
+    assert done.returncode == 0, done.stderr[-1500:]
+    return done.stderr
+
+
+@pytest.mark.engine
+def test_the_engine_takes_no_more_threads_than_the_cores_it_may_use(engine, tmp_path):
+    """Two threads asked for, the process held to one core: patch 0009 sizes the team to the core at
+    the first pass and says so; a count the user fixed (OMP_NUM_THREADS alone) is kept."""
+    one_core = {min(os.sched_getaffinity(0))}
+    log = train_smoke(engine, tmp_path, {"OMP_NUM_THREADS": "2", cpu_threads.ADAPT: "1"}, one_core)
+    assert "] Threads: 1 (1 core allowed, at most 2)" in log
+    fixed = train_smoke(engine, tmp_path, {"OMP_NUM_THREADS": "2"}, one_core)
+    assert "Threads:" not in fixed and "Optimization Done." in fixed
+    assert "Threads:" not in train_smoke(engine, tmp_path, {"OMP_NUM_THREADS": "2", cpu_threads.ADAPT: "0"}, one_core)
+
+
+def writable_cgroup_v1_cpu() -> Path | None:
+    folder = Path("/sys/fs/cgroup/cpu")
+    return folder if (folder / "cpu.cfs_period_us").is_file() and os.access(folder, os.W_OK) else None
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(writable_cgroup_v1_cpu() is None, reason="needs a writable cgroup v1 cpu controller (root)")
+def test_the_engine_keeps_to_a_cpu_quota_as_docker_cpus_sets_it(engine, tmp_path):
+    """The run in a cgroup whose CFS quota is one core (what ``docker run --cpus 1`` writes): the
+    team starts at one thread, however many cores the process may run on."""
+    folder = writable_cgroup_v1_cpu() / f"caffetool-test-{os.getpid()}"
+    folder.mkdir()
+    try:
+        (folder / "cpu.cfs_quota_us").write_text((folder / "cpu.cfs_period_us").read_text())
+        inside = ["sh", "-c", f'echo $$ > {folder / "cgroup.procs"} && exec "$@"', "sh"]
+        log = train_smoke(engine, tmp_path, {"OMP_NUM_THREADS": "2", cpu_threads.ADAPT: "1"},
+                          set(range(min(2, os.cpu_count() or 1))), inside)
+        assert re.search(r"\] Threads: 1 \(\d+ cores? allowed, a CPU quota of 1 core, at most 2\)", log), log[-800:]
+    finally:
+        for _ in range(50):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+                break
+            time.sleep(0.1)
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(cpu_threads.available() < 2, reason="needs two cores: one for a busy loop, one for the training")
+def test_the_engine_gives_up_a_thread_to_a_program_that_keeps_a_core_busy(engine, tmp_path):
+    """A busy loop held to one of two cores: the team drops to one thread within its checks and says
+    why. (Whether it keeps both threads without the loop depends on what else the machine runs.)"""
+    two = set(sorted(os.sched_getaffinity(0))[:2])
+    adaptive = {"OMP_NUM_THREADS": "2", cpu_threads.ADAPT: "1"}
+    loop = subprocess.Popen(["bash", "-c", "while :; do :; done"], preexec_fn=lambda: os.sched_setaffinity(0, {max(two)}))
+    try:
+        busy = train_smoke(engine, tmp_path, adaptive, two, net=CONV_NET, iterations=300)
+    finally:
+        loop.kill()
+        loop.wait()
+    shrunk = re.search(r"\] Threads: 1 \(2 cores allowed, others busy on (\d\.\d), at most 2\)", busy)
+    assert shrunk and float(shrunk.group(1)) >= 0.6, busy[-800:]

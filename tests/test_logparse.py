@@ -119,6 +119,20 @@ def test_a_resumed_run_continues_the_seconds():
     assert [r["Seconds"] for r in m.train] == [10.0, 15.0]
 
 
+def test_the_engines_thread_changes_are_kept_with_their_iteration():
+    """The lines patch 0009 writes as it re-sizes its team, among the solver's (from a run beside a
+    busy loop that ended at iteration 300)."""
+    m = feed(["I20261127 15:25:49.999598 15488 solver.cpp:289] Solving LeNet",
+              "I20261127 15:25:50.255283 15488 thread_share.cpp:248] Threads: 1 (2 cores allowed, others busy on "
+              "1.2, at most 2)",
+              "I20261127 15:25:51.744036 15488 sgd_solver.cpp:112] Iteration 0, lr = 0.01",
+              "I20261127 15:25:56.491566 15488 solver.cpp:228] Iteration 300 (80.1 iter/s, 1.25s/100 iters), "
+              "loss = 0.6",
+              "I20261127 15:25:57.102000 15488 thread_share.cpp:248] Threads: 2 (2 cores allowed, others busy on "
+              "0.1, at most 2)"]).metrics
+    assert m.threads == [(0, 1), (300, 2)]
+
+
 def test_nan_loss_marks_divergence_after_the_last_good_iteration():
     m = feed(["I20260101 10:00:00.000000 7 s.cpp:1] Solving X",
               "I20260101 10:00:01.000000 7 s.cpp:1] Iteration 10, loss = 0.5",

@@ -2,27 +2,34 @@
 
 caffetool's engine runs its CPU layers on OpenMP threads and its BLAS (OpenBLAS's OpenMP build, or
 MKL) on the same threads, so one number governs both; the variables are set for every library a
-build may use. A sweep sets them per trial (its ``--cpus-per-trial``) before a trial trains, and an
-explicit ``--threads`` wins over both.
+build may use.
 
-Where the threads run (:func:`placement`): GNU OpenMP threads spin a while before they sleep at
-each barrier, which is fast on a quiet machine and slow on a busy one, where a spinning thread takes
-the core from the one it waits for. Measured on LeNet (benchmarks/RESULTS.md, "A busy machine"),
-binding one thread to each core (``OMP_PROC_BIND=true``, ``OMP_PLACES=cores``) keeps the spin where
-it does no harm: with one core kept busy by another program, twice the default's speed, and the
-same speed on a quiet machine; a passive or shorter wait costs 10 to 30% on a quiet one. It is set
-only for a Caffe that uses every core this process may run on (a sweep's 1-CPU trials would all
-be bound to the first core), never for pycaffe inside caffetool (a bound initial thread would
-confine the whole process), and never over a user's own placement or wait settings. A server's
-pycaffe spins shorter instead (:func:`for_serving`).
+By default the count follows the CPU the training actually gets (:func:`apply`): the engine
+(patch 0009, ``CAFFE_ADAPT_THREADS``) re-sizes its team as it runs, to the cores this process may
+use (its affinity, a container's CPU quota) less the cores other programs keep busy — a team of
+threads that meet at barriers is only as fast as its slowest thread, and a thread whose core another
+program takes holds up the rest. ``--threads``, an ``OMP_NUM_THREADS`` of the user's or a sweep
+trial's ``--cpus-per-trial`` fix the count instead.
+
+Where the threads run (:func:`placement`): a fixed team that fills every core this process may run
+on is bound one thread to a core (``OMP_PROC_BIND=true``, ``OMP_PLACES=cores``), which keeps GNU
+OpenMP's spin at its barriers where it does no harm (benchmarks/RESULTS.md, "A busy machine"). An
+adaptive team is never bound: as it shrinks, its threads must be free to leave a busy core. Never
+for pycaffe inside caffetool (a bound initial thread would confine the whole process), and never
+over a user's own placement or wait settings. A server's pycaffe spins shorter instead
+(:func:`for_serving`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import MutableMapping
+from pathlib import Path
 
 VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+ADAPT = "CAFFE_ADAPT_THREADS"  # the engine's switch (patch 0009): 1 follows the CPU, 0 keeps the count
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 PLACEMENT = {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}
 # A server's forward passes are short and come one after another with the event loop's work between
 # them: threads that spin GNU OpenMP's default 300,000 rounds at each barrier take the core that work
@@ -39,16 +46,80 @@ def available() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def quota_cores(root: Path = CGROUP_ROOT, own: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The tightest CPU quota on this process's cgroup and its parents, in cores (``docker run
+    --cpus 1.5``: 1.5), or None without one — the engine's own rule (patch 0009): the cgroup named in
+    ``/proc/self/cgroup`` (v2 ``0::/path``; v1 the line naming the ``cpu`` controller), looked up under
+    ``root`` (v1: its ``cpu`` or ``cpu,cpuacct`` mount) down to the mount's root, which is a
+    container's own cgroup where it has a cgroup namespace; ``cpu.max``, else ``cpu.cfs_quota_us``
+    over ``cpu.cfs_period_us``."""
+    try:
+        lines = own.read_text().splitlines()
+    except OSError:
+        lines = []
+    quotas = []
+    for line in lines or ["0::/"]:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            mounts = [root]
+        elif "cpu" in controllers.split(","):
+            mounts = [root / controllers, root / "cpu,cpuacct", root / "cpu"]
+        else:
+            continue
+        for mount in mounts:
+            level = Path(path)
+            while True:
+                if (quota := _quota_in(mount / str(level).lstrip("/"))) is not None:
+                    quotas.append(quota)
+                if level == level.parent:
+                    break
+                level = level.parent
+    return min(quotas, default=None)
+
+
+def _quota_in(folder: Path) -> float | None:
+    try:
+        if (folder / "cpu.max").is_file():
+            quota, period = (folder / "cpu.max").read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        if (folder / "cpu.cfs_quota_us").is_file():
+            quota = int((folder / "cpu.cfs_quota_us").read_text())
+            return quota / int((folder / "cpu.cfs_period_us").read_text()) if quota > 0 else None
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+def budget(root: Path = CGROUP_ROOT, own: Path = Path("/proc/self/cgroup")) -> int:
+    """The most threads this process can keep busy: its cores, at most a quota's whole cores."""
+    quota = quota_cores(root, own)
+    cores = available()
+    return cores if quota is None else max(1, min(cores, math.floor(quota + 1e-6)))
+
+
 def apply(requested: int | None, environ: MutableMapping[str, str] = os.environ) -> int:
     """Set the thread variables for the engines this process starts, and return the count.
 
-    ``requested`` (``--threads``) wins; else an OMP_NUM_THREADS already set (a sweep's trial, the
-    user's shell) is kept; else every core this process may use.
+    ``requested`` (``--threads``) wins, fixed; else an OMP_NUM_THREADS already set (a sweep's trial,
+    the user's shell) is kept, fixed; else the :func:`budget`, which the engine then adapts to what
+    the CPU gives (``CAFFE_ADAPT_THREADS=1``).
     """
-    threads = requested or _from_environment(environ) or available()
+    fixed = requested or _from_environment(environ)
+    threads = fixed or budget()
     for name in VARIABLES:
         environ[name] = str(threads)
+    if fixed and environ.get(ADAPT) != "1":
+        environ[ADAPT] = "0"
+    elif not fixed:
+        environ[ADAPT] = "1"
     return threads
+
+
+def adaptive(environ: MutableMapping[str, str] | dict[str, str] = os.environ) -> bool:
+    """Whether the engine started with ``environ`` sizes its team as it runs (patch 0009's rule)."""
+    if environ.get(ADAPT):
+        return environ[ADAPT].startswith("1")
+    return "OMP_NUM_THREADS" not in environ
 
 
 def of_engine(options: dict, requested: int | None = None, environ: MutableMapping[str, str] = os.environ) -> int:
@@ -63,9 +134,9 @@ def of_engine(options: dict, requested: int | None = None, environ: MutableMappi
 
 
 def placement(environ: MutableMapping[str, str] | dict[str, str] = os.environ) -> dict[str, str]:
-    """:data:`PLACEMENT` for a Caffe child whose threads fill every core this process may use, unless
-    ``environ`` already says where threads run or how they wait."""
-    if any(name in environ for name in USER_PLACEMENT):
+    """:data:`PLACEMENT` for a Caffe child whose fixed team fills every core this process may use,
+    unless ``environ`` already says where threads run or how they wait."""
+    if any(name in environ for name in USER_PLACEMENT) or adaptive(environ):
         return {}
     threads = _from_environment(environ) or available()
     return dict(PLACEMENT) if threads == available() else {}

@@ -52,6 +52,7 @@ TUNING_PATCHES: tuple[str, ...] = (
     "0004-openmp-cpu-layers.patch",
     "0006-gpu-algorithms-once-shared-cudnn-handle.patch",
     "0007-pycaffe-passes-release-the-gil.patch",
+    "0009-threads-follow-the-cpu.patch",
 )
 # How the engine is compiled (unity batches, precompiled headers), not what it computes: every build,
 # --stock included, so that the stock reference costs no more to build than the engine.

@@ -34,6 +34,7 @@ TESTING = re.compile(r"^Iteration (\d+), Testing net \(#(\d+)\)$")
 OUTPUT = re.compile(r"^\s*(Train|Test) net output #(\d+): (\S+) = (\S+)")
 SNAPSHOT = re.compile(r"^Snapshotting (?:solver state )?to binary proto file (.+)$")  # a path may hold spaces
 RESUMING = re.compile(r"^Resuming from (.+)$")
+THREADS = re.compile(r"^Threads: (\d+) \(")  # the engine re-sized its team (patch 0009)
 DONE = "Optimization Done."
 EVENTS = (SOLVING, ITERATION, LEARNING_RATE, TESTING, OUTPUT, SNAPSHOT, RESUMING)
 # The keys of a row that are not net outputs.
@@ -68,6 +69,7 @@ class Metrics:
     last_good: int | None = None  # last iteration with a finite loss
     iter_per_s: float | None = None
     testing_seconds: float = 0.0
+    threads: list[tuple[int, int]] = field(default_factory=list)  # (iteration, threads) of each re-sizing
 
     @property
     def iteration(self) -> int:
@@ -199,6 +201,9 @@ class LogParser:
             m.snapshots.append(snap.group(1))
         elif resumed := RESUMING.match(message):
             m.resumed_from.append(resumed.group(1))
+        elif threads := THREADS.match(message):
+            under_way = [row["NumIters"] for row in (self._pending, self._test_row) if row is not None]
+            m.threads.append((max([m.iteration, *under_way]), int(threads.group(1))))
         elif message.strip() == DONE:
             self._flush()
             m.done = True

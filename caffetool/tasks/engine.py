@@ -101,12 +101,14 @@ def install_(c: Context, prefix: str | None = None, source: str | None = None, d
 def report(result: install.InstallResult, linked: bool = True) -> None:
     """One line on what install did (or found), one on pycaffe."""
     engine = result.engine
+    # A side prefix is not probed (its pycaffe is not this Python's): its source names the version.
+    version = engine.version or engine.manifest.get("source", {}).get("version", "")
     if result.cached:
-        print(f"Caffe {engine.version} already installed at {engine.prefix} "
+        print(f"Caffe {version} already installed at {engine.prefix} "
               f"(checked in {result.seconds:.1f} s)")
     else:
         t = engine.manifest["timings_s"]
-        print(f"Caffe {engine.version} installed at {engine.prefix} in {result.seconds:.0f} s "
+        print(f"Caffe {version} installed at {engine.prefix} in {result.seconds:.0f} s "
               f"(fetch {t['fetch']} s, configure {t['configure']} s, compile {t['compile']} s)")
     if not linked:
         print(SIDE_PREFIX)

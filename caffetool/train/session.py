@@ -34,8 +34,8 @@ from caffetool.track.live import LiveRun
 from caffetool.train import devices, final_test, runevents, runner
 
 # What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
-THREAD_VARIABLES = (*cpu_threads.VARIABLES, *cpu_threads.USER_PLACEMENT, "OPENBLAS_CORETYPE", "MKL_DISABLE_FAST_MM",
-                    "MKL_CBWR")
+THREAD_VARIABLES = (*cpu_threads.VARIABLES, cpu_threads.ADAPT, *cpu_threads.USER_PLACEMENT, "OPENBLAS_CORETYPE",
+                    "MKL_DISABLE_FAST_MM", "MKL_CBWR")
 
 
 @dataclass
@@ -331,7 +331,8 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
         timings["solving"] = round((m.last_time - m.started).total_seconds(), 3)
     record.update(status=outcome.status, exit_code=outcome.exit_code, message=outcome.message,
                   ended_at=runrecord.now(), iterations=m.iteration, final=final_figures.last_figures(m),
-                  samples=outcome.samples, timings_s=timings)
+                  samples=outcome.samples, timings_s=timings,
+                  threads=manifest.threads | {"resized": [list(r) for r in m.threads]})
     if outcome.status == "finished":
         final = _measure_final(engine, argv, run_dir, m, caffe_pb2, say)
         record.update(final=final_figures.last_figures(m) | final.record(),
@@ -421,7 +422,7 @@ def _open_record(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.
         if dataset else {"name": "its data"},
         {"gpu": chosen.gpu, "label": chosen.label, "flag": chosen.flag,
          "cudnn": cudnn_settings.in_force(caffe_env()) if chosen.gpu and engine.manifest["options"].get("use_cudnn") else None},
-        {k: caffe_env().get(k) for k in THREAD_VARIABLES}, started)
+        {k: caffe_env().get(k) for k in THREAD_VARIABLES} | {"plan": _thread_plan()}, started)
     data.set(**(req.record or {}))
     data.set(caffe_command=argv, **extra,
                 solver={"type": solver_type, "max_iter": solver.max_iter, "base_lr": solver.base_lr,
@@ -431,6 +432,14 @@ def _open_record(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.
     record = runrecord.Record(run_dir, data)
     runrecord.write(run_dir, data)
     return record
+
+
+def _thread_plan() -> dict[str, Any]:
+    """How the run's thread count is decided, for its manifest: fixed, or following the CPU it gets
+    (the cores it may use, a container's quota, and what else runs: :mod:`caffetool.engine.cpu_threads`)."""
+    env = caffe_env()
+    return {"adaptive": cpu_threads.adaptive(env), "cores": cpu_threads.available(),
+            "quota": cpu_threads.quota_cores(), "budget": cpu_threads.budget()}
 
 
 def reparse(run_dir: Path) -> Metrics:
