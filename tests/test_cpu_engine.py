@@ -291,14 +291,15 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "
 
 def train_smoke(engine, folder: Path, env: dict[str, str], cores: set[int] | None = None,
                 prefix: list[str] = (), net: str | None = None, iterations: int = 30) -> str:
-    """``caffe train`` on ``net`` (the engine's smoke net) with ``env``, on ``cores`` (its affinity): its log."""
+    """``caffe train`` on ``net`` (the engine's smoke net) with ``env``, on ``cores`` (its affinity): its
+    log, INFO lines included whatever an earlier test's pycaffe import left in this worker's environment."""
     from caffetool.engine import smoke
 
     (folder / "net.prototxt").write_text(net or smoke.NET)
     (folder / "solver.prototxt").write_text(smoke.SOLVER.format(net=folder / "net.prototxt", iterations=iterations))
     child_env = {k: v for k, v in os.environ.items() if k not in (*cpu_threads.VARIABLES, cpu_threads.ADAPT)}
     done = subprocess.run([*prefix, str(engine.caffe), "train", f"-solver={folder / 'solver.prototxt'}"],
-                          env={**child_env, "GLOG_logtostderr": "1", **env}, capture_output=True, text=True,
+                          env={**child_env, "GLOG_logtostderr": "1", "GLOG_minloglevel": "0", **env}, capture_output=True, text=True,
                           preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None, timeout=300)
     assert done.returncode == 0, done.stderr[-1500:]
     return done.stderr
@@ -356,4 +357,6 @@ def test_the_engine_gives_up_a_thread_to_a_program_that_keeps_a_core_busy(engine
         loop.kill()
         loop.wait()
     shrunk = re.search(r"\] Threads: 1 \(2 cores allowed, others busy on (\d\.\d), at most 2\)", busy)
-    assert shrunk and float(shrunk.group(1)) >= 0.6, busy[-800:]
+    # The loop shares its core with the team's second thread until the team shrinks, so it shows as
+    # half a core or more: above the patch's slack (kOthersSlack, 0.35) for the daemons and this test.
+    assert shrunk and float(shrunk.group(1)) >= 0.4, busy[-800:]

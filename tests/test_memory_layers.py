@@ -22,7 +22,7 @@ def layer(name: str, kind: str, bottoms: list[str], tops: list[str], extra: str 
 def dummy(tops: dict[str, tuple[tuple[int, ...], str]]) -> str:
     """A DummyData layer; each top has a shape and a filler (``gaussian`` or ``constant V``)."""
     shapes = " ".join("shape { " + " ".join(f"dim: {d}" for d in shape) + " }" for shape, _ in tops.values())
-    fillers = " ".join(f'data_filler {{ type: "gaussian" std: 0.5 }}' if f == "gaussian" else
+    fillers = " ".join('data_filler { type: "gaussian" std: 0.5 }' if f == "gaussian" else
                        f'data_filler {{ type: "constant" value: {f.split()[1]} }}' for _, f in tops.values())
     return layer("data", "DummyData", [], list(tops), f"dummy_data_param {{ {shapes} {fillers} }}")
 

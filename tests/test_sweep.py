@@ -238,7 +238,7 @@ def test_a_crashing_trial_does_not_stop_the_others(tmp_path: Path, fashion_data)
                "--runs-dir", str(tmp_path / "runs"), cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {r["batch_size"]: r for r in results(tmp_path / "runs" / "crash")}
-    assert rows["64"]["status"] == "finished" and rows["64"]["iterations"] == "150"
+    assert rows["64"]["status"] == "finished" and rows["64"]["iterations"] == "150", rows
     assert rows["32"]["status"] == "failed"
     assert "Caffe refused" in rows["32"]["message"] and "count must match" in rows["32"]["message"]
     assert "on node " in rows["32"]["message"]

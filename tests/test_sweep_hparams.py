@@ -174,7 +174,7 @@ def test_a_failed_trial_is_a_failed_session(tmp_path: Path, fashion_data) -> Non
     sweep_dir = sweep_in(tmp_path, "crash", "--solver", "solver.prototxt", "--param", "batch_size=64,32",
                          cwd=project)
     by_size = {int(r["batch_size"]): r for r in results(sweep_dir)}
-    assert by_size[64]["status"] == "finished" and by_size[32]["status"] == "failed"
+    assert by_size[64]["status"] == "finished" and by_size[32]["status"] == "failed", by_size
 
     experiment, sessions = dashboard(sweep_dir)
     assert [v.number_value for v in experiment.hparam_infos[0].domain_discrete.values] == [64, 32]

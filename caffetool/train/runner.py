@@ -254,10 +254,10 @@ def run(argv: list[str], run_dir: Path, max_iter: int, progress: bool = True,
         raise RunError(f"could not start {argv[0]}: {e.strerror}") from None
     supervisor = Supervisor(process, parser or LogParser())
     lock = threading.Lock()  # the supervisor is fed by this thread and, with ``stop``, asked by another
-    if stop is not None:
-        threading.Thread(target=_stop_when_asked, args=(supervisor, stop, lock), daemon=True).start()
     sampler = UsageSampler(process.pid, on_sample=events.sample if events else None)
     sampler.start()
+    if stop is not None:  # after the sampler: this thread's poll reaps a Caffe that has ended
+        threading.Thread(target=_stop_when_asked, args=(supervisor, stop, lock), daemon=True).start()
     shown = display(max_iter, supervisor.metrics.iteration) if progress else None
     refresh = _Every(update_every, on_update)
     try:

@@ -22,12 +22,15 @@ class UsageSampler(threading.Thread):
         self.interval = interval
         self.on_sample = on_sample
         self.stopped = threading.Event()
-        self.process = psutil.Process(pid)
         self.cpu: list[float] = []
         self.rss: list[int] = []
         self.gpu: dict[int, dict[str, list[float]]] = {}
         self._nvml = _nvml_handles()
-        self.process.cpu_percent(None)  # prime: the first call always returns 0
+        try:
+            self.process = psutil.Process(pid)
+            self.process.cpu_percent(None)  # prime: the first call always returns 0
+        except psutil.Error:  # Caffe already ended (a refusal at start): a run without samples
+            self.stopped.set()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
