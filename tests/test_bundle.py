@@ -359,5 +359,12 @@ def test_force_never_deletes_what_caffetool_did_not_make(cpu_bundle, tmp_path):
     assert (users / "notes.txt").read_text() == "keep me"
     assert sorted(p.name for p in checkout.iterdir()) == ["examples", "include", "src"]
     done = bundles.install(str(cpu_bundle.path), tmp_path / "engine", link=False, say=lambda _: None)
-    again = bundles.install(str(cpu_bundle.path), tmp_path / "engine", force=True, link=False, say=lambda _: None)
+    (done.engine.prefix / "notes.txt").write_text("keep me")  # the user's, inside caffetool's prefix
+    (done.engine.prefix / "share" / "caffe" / "mine").mkdir()
+    (done.engine.prefix / "share" / "caffe" / "mine" / "net.prototxt").write_text("mine")
+    said: list[str] = []
+    again = bundles.install(str(cpu_bundle.path), tmp_path / "engine", force=True, link=False, say=said.append)
     assert not again.cached and again.engine.prefix == done.engine.prefix  # caffetool's own: replaced
+    assert (again.engine.prefix / "notes.txt").read_text() == "keep me"
+    assert (again.engine.prefix / "share" / "caffe" / "mine" / "net.prototxt").read_text() == "mine"
+    assert any(line.startswith("kept 2 file(s) of yours") for line in said), said

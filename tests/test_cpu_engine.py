@@ -322,25 +322,60 @@ def writable_cgroup_v1_cpu() -> Path | None:
     return folder if (folder / "cpu.cfs_period_us").is_file() and os.access(folder, os.W_OK) else None
 
 
-@pytest.mark.engine
-@pytest.mark.skipif(writable_cgroup_v1_cpu() is None, reason="needs a writable cgroup v1 cpu controller (root)")
-def test_the_engine_keeps_to_a_cpu_quota_as_docker_cpus_sets_it(engine, tmp_path):
-    """The run in a cgroup whose CFS quota is one core (what ``docker run --cpus 1`` writes): the
-    team starts at one thread, however many cores the process may run on."""
+@contextlib.contextmanager
+def one_core_quota():
+    """A command prefix that runs its command in a new cgroup whose CFS quota is one core (what
+    ``docker run --cpus 1`` writes); the cgroup is removed after."""
     folder = writable_cgroup_v1_cpu() / f"caffetool-test-{os.getpid()}"
     folder.mkdir()
     try:
         (folder / "cpu.cfs_quota_us").write_text((folder / "cpu.cfs_period_us").read_text())
-        inside = ["sh", "-c", f'echo $$ > {folder / "cgroup.procs"} && exec "$@"', "sh"]
-        log = train_smoke(engine, tmp_path, {"OMP_NUM_THREADS": "2", cpu_threads.ADAPT: "1"},
-                          set(range(min(2, os.cpu_count() or 1))), inside)
-        assert re.search(r"\] Threads: 1 \(\d+ cores? allowed, a CPU quota of 1 core, at most 2\)", log), log[-800:]
+        yield ["sh", "-c", f'echo $$ > {folder / "cgroup.procs"} && exec "$@"', "sh"]
     finally:
         for _ in range(50):
             with contextlib.suppress(OSError):
                 folder.rmdir()
                 break
             time.sleep(0.1)
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(writable_cgroup_v1_cpu() is None, reason="needs a writable cgroup v1 cpu controller (root)")
+def test_the_engine_keeps_to_a_cpu_quota_as_docker_cpus_sets_it(engine, tmp_path):
+    """The run in a cgroup whose CFS quota is one core: the team starts at one thread, however many
+    cores the process may run on."""
+    with one_core_quota() as inside:
+        log = train_smoke(engine, tmp_path, {"OMP_NUM_THREADS": "2", cpu_threads.ADAPT: "1"},
+                          set(range(min(2, os.cpu_count() or 1))), inside)
+    assert re.search(r"\] Threads: 1 \(\d+ cores? allowed, a CPU quota of 1 core, at most 2\)", log), log[-800:]
+
+
+PYCAFFE_FORWARDS = """
+import sys
+import caffe
+net = caffe.Net(sys.argv[1], caffe.TEST)
+for _ in range(3):
+    net.forward()
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(writable_cgroup_v1_cpu() is None or cpu_threads.available() < 2,
+                    reason="needs a writable cgroup v1 cpu controller (root) and two cores")
+def test_pycaffe_follows_the_cpu_by_default_as_evaluate_export_and_the_demo_run_it(engine, tmp_path):
+    """pycaffe with nothing set (how ``evaluate``, the export's verification and ``demo.serve`` run
+    nets) on two cores under a one-core quota: the engine's default team of two drops to one at the
+    first forward pass."""
+    (tmp_path / "net.prototxt").write_text(CONV_NET)
+    env = {k: v for k, v in os.environ.items() if k not in (*cpu_threads.VARIABLES, cpu_threads.ADAPT)}
+    env |= {"GLOG_logtostderr": "1", "GLOG_minloglevel": "0", "PYTHONPATH": str(engine.python_path)}
+    two = set(sorted(os.sched_getaffinity(0))[:2])
+    with one_core_quota() as inside:
+        done = subprocess.run([*inside, sys.executable, "-c", PYCAFFE_FORWARDS, str(tmp_path / "net.prototxt")],
+                              env=env, capture_output=True, text=True, timeout=120,
+                              preexec_fn=lambda: os.sched_setaffinity(0, two))
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "] Threads: 1 (2 cores allowed, a CPU quota of 1 core, at most 2)" in done.stderr, done.stderr[-800:]
 
 
 @pytest.mark.engine

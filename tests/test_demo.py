@@ -356,8 +356,8 @@ def test_links_in_a_run_are_not_followed_and_a_damaged_manifest_names_no_server_
         (run / "manifest.json").write_text('{"status": ')
         r = httpx.get(f"http://127.0.0.1:{port}/api/run")
         assert r.status_code == 503 and str(tmp_path) not in r.text
-        assert r.json()["error"] == "the run's manifest.json cannot be read; `caffetool train.report run` on the " \
-                                    "server says why"
+        assert r.json()["error"] == "the run's manifest.json cannot be read; `caffetool train.report` with the " \
+                                    "run's folder, on the server, says why"
     finally:
         stop(child)
 

@@ -14,7 +14,9 @@ from caffetool.engine import locate
 from caffetool.engine.install import _existing, install, link_pycaffe
 from caffetool.engine.locate import MANIFEST
 from caffetool.engine.recipe import BLAS, CAFFE_SOURCE, BuildOptions
-from caffetool.errors import ConfigError, EngineCorrupt, EngineNotFound
+from caffetool.errors import ConfigError, EngineCorrupt, EngineError, EngineNotFound
+
+from .test_project_cli import caffetool
 
 
 NET = """name: "tiny" force_backward: true
@@ -179,3 +181,43 @@ def test_an_engine_from_an_older_recipe_is_rebuilt_and_one_with_other_options_re
     other = BuildOptions(blas=BLAS["openblas"] if BuildOptions().mkl else BLAS["mkl"])
     with pytest.raises(ConfigError, match="built with other options"):
         _existing(current, other, False, said.append)
+
+
+@pytest.mark.parametrize("arg, decides", [
+    ("-DCMAKE_INSTALL_PREFIX=/opt/elsewhere", "--prefix"), ("-DCUDA_ARCH_BIN:STRING=90", "--cuda-arch"),
+    ("-DBLAS=mkl", "--blas")])
+def test_a_cmake_arg_that_redefines_what_caffetool_sets_is_refused_before_building(tmp_path, arg, decides):
+    done = caffetool("engine.install", "--prefix", str(tmp_path / "e"), "--cmake-arg", arg, cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.startswith(f"Error: --cmake-arg {arg}: caffetool sets "), done.stderr
+    assert f"({decides} decides it)" in done.stderr and not (tmp_path / "e").exists()
+
+
+@pytest.fixture
+def small_file_system(tmp_path):
+    """A 64 MB tmpfs at ``tmp_path / "small"`` (needs root), unmounted after."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_prefix_on_a_file_system_too_small_is_refused_before_building(small_file_system):
+    done = caffetool("engine.install", "--prefix", str(small_file_system / "engine"), cwd=small_file_system)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"Error: {small_file_system} has ") and "MB free; building the engine there needs "\
+        "about 800 MB" in done.stderr, done.stderr
+    assert list(small_file_system.iterdir()) == []
+
+
+def test_running_out_of_room_while_building_names_the_folder_and_leaves_nothing(small_file_system, monkeypatch):
+    """Past the check (another program filled the disk meanwhile, simulated by a check that lets it
+    through): the build runs out of room (here the compiler, writing its precompiled header), and
+    that is one error naming the folder, with nothing left behind."""
+    monkeypatch.setattr("caffetool.engine.install.BUILD_ROOM_MB", 1)
+    with pytest.raises(EngineError, match=rf"{small_file_system} ran out of room while the engine was built there "
+                                          r"\(\d+ MB free now; a build needs about 1 MB\)"):
+        install(small_file_system / "engine", BuildOptions(), link=False, progress=False, say=lambda _: None)
+    assert list(small_file_system.iterdir()) == []

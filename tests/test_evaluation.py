@@ -155,6 +155,21 @@ def test_gpu_flags_are_refused_on_a_cpu_engine_before_any_work(engine, run_copy)
     assert sorted(p.name for p in run_copy.rglob("*")) == before
 
 
+def test_an_evaluation_that_disagrees_with_caffe_test_fails(engine, run_copy, tmp_path):
+    """A deploy net changed since training (average pooling where the run trained with max): pycaffe's
+    top-1 no longer equals ``caffe test``'s on the train/test net, and ``evaluate`` says so and fails,
+    the report written for the user to look at."""
+    other = Path(shutil.copytree(run_copy, tmp_path / "changed", ignore=shutil.ignore_patterns("eval", "tensorboard")))
+    deploy = other / "deploy.prototxt"
+    assert "pool: MAX" in deploy.read_text()
+    deploy.write_text(deploy.read_text().replace("pool: MAX", "pool: AVE"))
+    done = subprocess.run([CAFFETOOL, "evaluate", str(other)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and "DIFFERENT" in done.stdout, done.stdout + done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("Error: top-1 ") and "differs from caffe test's" in line and "Traceback" not in done.stderr
+    assert (other / "eval").is_dir()
+
+
 def test_a_net_that_is_no_classifier_is_refused(engine, run_copy, tmp_path):
     other = Path(shutil.copytree(run_copy, tmp_path / "other", ignore=shutil.ignore_patterns("eval", "tensorboard")))
     (other / "labels.txt").write_text("a\nb\nc\n")

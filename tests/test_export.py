@@ -6,6 +6,7 @@ every refusal one ``Error:`` line with nothing written."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def test_a_run_exports_verified_on_its_whole_test_set(exported, caffe):
                                                             "ip2", "prob"]
     assert all(row["max_rel_error"] <= 1e-4 for row in verified["layers"])
     assert "top-1 agrees on 10,000 of 10,000 images" in out and "conv2 (Convolution)" in out
+    assert "(the run's 10,000 test images)" in out and verified["source"] == "the run's 10,000 test images"
     weights = modelfiles.from_run(run).weights
     assert record["sha256"] == {"deploy": sha256_file(run / "deploy.prototxt"), "weights": sha256_file(weights),
                                 "onnx": sha256_file(model_path)}
@@ -113,6 +115,34 @@ def test_export_check_passes_on_the_export_and_names_the_layer_of_a_changed_one(
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].startswith("Error: ")
     assert "layer 'conv2' (Convolution) differs from Caffe" in done.stderr and "Traceback" not in done.stderr
+
+
+def _no_outputs(model):
+    del model.graph.output[:]
+
+
+def _no_opset(model):
+    del model.opset_import[:]
+
+
+def _three_channels(model):
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 3
+
+
+@pytest.mark.parametrize("damage, words", [
+    (_no_outputs, "has no graph output 'prob', which the deploy net gives"),
+    (_no_opset, "declares no ONNX operator set"),
+    (_three_channels, "its input 'data' takes 3x28x28 per item, the deploy net 1x28x28")])
+def test_export_check_names_what_is_wrong_with_a_damaged_model(exported, tmp_path, damage, words):
+    run, _ = exported
+    model = onnx.load(str(run / "export" / "model.onnx"))
+    damage(model)
+    onnx.save(model, str(tmp_path / "damaged.onnx"))
+    done = caffetool("export.check", str(tmp_path / "damaged.onnx"), "--run", run.name, "--runs-dir",
+                     str(run.parent), "--images", "50", cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and words in lines[0], done.stderr
 
 
 def test_a_tolerance_no_export_meets_writes_nothing(exported, tmp_path):
@@ -169,6 +199,104 @@ def test_an_export_is_only_replaced_where_caffetool_made_it(exported, tmp_path):
     done = caffetool("export", run.name, "--runs-dir", str(run.parent), "--out", str(mine), cwd=tmp_path)
     assert done.returncode == 1 and "caffetool did not make it" in done.stderr
     assert mine.read_bytes() == b"the user's own model"
+
+
+def test_a_re_export_keeps_what_the_user_keeps_beside_it_and_never_overwrites_a_changed_model(exported, tmp_path):
+    """The run's export folder: a user's notes and quantised copy outlive a re-export. A model the user
+    changed since, or another file that a record merely names, is refused with nothing changed."""
+    run, _ = exported
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy, symlinks=True)
+    folder = copy / "export"
+    (folder / "notes.txt").write_text("kept")
+    (folder / "model.int8.onnx").write_bytes(b"a quantised copy")
+    again = ("export", copy.name, "--runs-dir", str(tmp_path), "--images", "100")
+    assert "(the run's first 100 test images)" in succeeded(caffetool(*again, cwd=tmp_path))
+    assert (folder / "notes.txt").read_text() == "kept" and (folder / "model.int8.onnx").read_bytes() == b"a quantised copy"
+    record = json.loads((folder / "export.json").read_text())
+    assert record["sha256"]["onnx"] == sha256_file(folder / "model.onnx") and "replaced_onnx" not in record["sha256"]
+
+    (folder / "model.onnx").write_bytes(b"the user's own edit")
+    done = caffetool(*again, cwd=tmp_path)
+    assert done.returncode == 1 and "is not the model caffetool wrote" in done.stderr, done.stderr
+    assert (folder / "model.onnx").read_bytes() == b"the user's own edit"
+
+    mine = tmp_path / "elsewhere"
+    mine.mkdir()
+    (mine / "m.onnx").write_bytes(b"another tool's model")
+    (mine / "export.json").write_text(json.dumps({"model": "m.onnx", "sha256": {"onnx": "0" * 64}}))
+    line = refused(mine, copy.name, "--runs-dir", str(tmp_path), "--out", str(mine / "m.onnx"))
+    assert "is not the model caffetool wrote" in line and (mine / "m.onnx").read_bytes() == b"another tool's model"
+
+
+def test_an_export_is_not_written_into_a_runs_top_folder(exported, tmp_path):
+    run, _ = exported
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy, symlinks=True)
+    line = refused(copy, copy.name, "--runs-dir", str(tmp_path), "--out", str(copy / "manifest.onnx"))
+    assert "is in the top folder of the run" in line and "export" in line
+
+
+@pytest.mark.parametrize("value", [np.nan, 1e38])
+def test_weights_that_are_or_become_non_finite_fail_the_export_naming_the_layer(exported, caffe, tmp_path, value):
+    """NaN weights are refused before anything runs; weights of 1e38 overflow to infinity in Caffe's
+    own outputs, which fails the verification at that layer: no model is written either way."""
+    run, _ = exported
+    weights = modelfiles.from_run(run).weights
+    net = caffe.Net(str(run / "deploy.prototxt"), str(weights), caffe.TEST)
+    net.params["ip1"][0].data[0, :] = value
+    bad = tmp_path / "inputs" / "bad.caffemodel"
+    bad.parent.mkdir()
+    net.save(str(bad))
+    out = tmp_path / "out"
+    out.mkdir()
+    done = caffetool("export", "--deploy", str(run / "deploy.prototxt"), "--weights", str(bad), "--out",
+                     str(out / "m.onnx"), cwd=out)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert "'ip1'" in line and "not finite" in line, line
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("key, change, message", [
+    ("caffetool.preprocessing", lambda v: v.replace('"input_scale": ', '"input_scale": -1e30, "was": '),
+     "input_scale -1e+30"),
+    ("caffetool.preprocessing", lambda v: re.sub(r'"white_on_black": (true|false)', '"white_on_black": "no"', v),
+     "white_on_black 'no'"),
+    ("caffetool.labels", lambda v: json.dumps("".join(json.loads(v))), "is not a JSON list of class names"),
+    ("caffetool.preprocessing_in_graph", lambda v: "TRUE", "where caffetool writes \"true\" or \"false\""),
+])
+def test_metadata_that_no_export_writes_is_refused_by_the_server(exported, tmp_path, key, change, message):
+    """An exported model's metadata is a file anyone can edit: what no export writes is refused when the
+    model is loaded to serve, naming the key, instead of answering one class for every image."""
+    from caffetool.serving import onnxmodel
+
+    run, _ = exported
+    model = onnx.load(str(run / "export" / "model.onnx"))
+    prop = next(p for p in model.metadata_props if p.key == key)
+    prop.value = change(prop.value)
+    onnx.save(model, str(tmp_path / "edited.onnx"))
+    with pytest.raises(ExportError, match=re.escape(message)):
+        onnxmodel.load(tmp_path / "edited.onnx", "edited")
+
+
+def test_labels_that_do_not_fit_the_net_are_refused_before_the_export(exported, tmp_path):
+    run, _ = exported
+    (tmp_path / "three.txt").write_text("a\nb\nc\n")
+    line = refused(tmp_path, "--deploy", str(run / "deploy.prototxt"), "--weights",
+                   str(modelfiles.from_run(run).weights), "--labels", str(tmp_path / "three.txt"),
+                   "--out", str(tmp_path / "m.onnx"))
+    assert "three.txt names 3 classes, but the net's output 'prob' has 10 values per image" in line
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--images", "1000000000", "--images must be a number of images from 1 to 1000000, got 1000000000"),
+    ("--batch", "100000", "--batch must be a batch size from 1 to 4096, got 100000")])
+def test_verification_without_bounds_is_refused_before_any_work(exported, tmp_path, flag, value, words):
+    run, _ = exported
+    line = refused(tmp_path, "--deploy", str(run / "deploy.prototxt"), "--weights",
+                   str(modelfiles.from_run(run).weights), flag, value, "--out", str(tmp_path / "m.onnx"))
+    assert words in line
 
 
 def test_evaluate_and_the_demo_on_onnxruntime_answer_as_caffe(exported, tmp_path, test_images):  # noqa: F811
@@ -231,6 +359,29 @@ def refused(tmp_path: Path, *args: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
     assert sorted(tmp_path.rglob("*")) == before
     return lines[0]
+
+
+V1_DEPLOY = """name: "v1"
+input: "data"
+input_dim: 1 input_dim: 1 input_dim: 28 input_dim: 28
+layers { name: "conv" type: CONVOLUTION bottom: "data" top: "conv" convolution_param { num_output: 4 kernel_size: 5 } }
+layers { name: "relu" type: RELU bottom: "conv" top: "conv" }
+layers { name: "ip" type: INNER_PRODUCT bottom: "conv" top: "ip" inner_product_param { num_output: 10 } }
+layers { name: "prob" type: SOFTMAX bottom: "ip" top: "prob" }
+"""
+
+
+def test_an_old_format_deploy_net_is_upgraded_as_train_upgrades_it(caffe, tmp_path):
+    """A V1 deploy net (``layers { type: INNER_PRODUCT }``), which Caffe reads and ``train`` upgrades with
+    the engine's ``upgrade_net_proto_text``: exported and verified the same way."""
+    deploy = tmp_path / "inputs" / "v1.prototxt"
+    deploy.parent.mkdir()
+    deploy.write_text(V1_DEPLOY)
+    weights = random_weights(caffe, deploy, tmp_path / "inputs" / "v1.caffemodel")
+    done = caffetool("export", "--deploy", str(deploy), "--weights", str(weights), "--out", str(tmp_path / "v1.onnx"),
+                     cwd=tmp_path)
+    assert "top-1 agrees on 16 of 16 images" in succeeded(done)
+    assert [o.name for o in onnx.load(str(tmp_path / "v1.onnx")).graph.output] == ["prob"]
 
 
 def test_refusals_name_the_layer_and_write_nothing(exported, caffe, tmp_path):

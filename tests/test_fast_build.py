@@ -5,6 +5,7 @@ make's progress markers."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -123,6 +124,18 @@ def test_the_users_ccache_settings_are_kept_and_ours_added(tmp_path):
 def test_ccache_disable_is_honoured(monkeypatch):
     monkeypatch.setenv("CCACHE_DISABLE", "1")
     assert ccache.found() is None
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache")
+def test_a_cache_folder_that_cannot_hold_a_cache_turns_ccache_off_not_the_build(tmp_path, monkeypatch):
+    """ccache is optional: a ``CCACHE_DIR`` that is a file, or a folder this user may not write,
+    builds without it and says why."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "a-file"))
+    assert ccache.found() is None
+    assert ccache.unusable(shutil.which("ccache")) == f"its cache folder {tmp_path / 'a-file'} is not a folder"
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "new" / "cache"))  # made at the first compilation
+    assert ccache.found() == shutil.which("ccache")
 
 
 def test_ninja_and_make_progress_move_the_bar():

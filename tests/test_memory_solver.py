@@ -70,3 +70,27 @@ def test_bvlc_example_solvers_are_estimated_within_two_percent_of_the_engine(roo
     assert done.returncode == 0, done.stderr
     error = float(re.search(r"error +([-+][\d.]+)%", done.stdout).group(1))
     assert abs(error) <= 2.0, done.stdout
+
+
+@pytest.mark.parametrize("batch", ["8", "256"])
+def test_a_deploy_nets_input_takes_the_batch_size_in_the_engine_as_in_the_estimate(root: Path, batch: str) -> None:
+    """BVLC's LeNet deploy net (an ``Input`` of 64 images) with ``--batch-size``: the engine is measured
+    at that batch, in the TRAIN and the TEST net alike (the one ``Input`` serves both), as estimated."""
+    done = run(CAFFETOOL, "memory.measure", "--net", f"{MNIST}/lenet.prototxt", "--batch-size", batch, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert f"lenet, batch {batch}, SGD, CPU:" in done.stdout
+    error = float(re.search(r"error +([-+][\d.]+)%", done.stdout).group(1))
+    assert abs(error) <= 2.0, done.stdout
+
+
+@pytest.mark.parametrize("flags", [("--phase", "test", "--threads", "2"), ("--threads", "1"), ("--mode", "gpu")])
+@pytest.mark.parametrize("batch", [1, 32])
+def test_the_by_batch_line_agrees_with_the_total_beside_it(root: Path, flags: tuple[str, ...], batch: int) -> None:
+    """"F fixed + batch x P per sample" is the line through the estimate's own batch, so it gives the
+    total printed beside it (on a GPU the total less CUDA's pages)."""
+    e = estimate(root, "--net", f"{MNIST}/lenet.prototxt", "--batch-size", str(batch), *flags)
+    total = e["total"] - (e["allocator"] if "gpu" in flags else 0)
+    assert e["fixed"] + batch * e["per_sample"] == total
+    other = batch + 1 if batch == 1 else batch - 1  # the line's second batch
+    beside = estimate(root, "--net", f"{MNIST}/lenet.prototxt", "--batch-size", str(other), *flags)
+    assert e["fixed"] + other * e["per_sample"] == beside["total"] - (beside["allocator"] if "gpu" in flags else 0)

@@ -167,6 +167,7 @@ def test_bad_repositories_are_refused_by_name_before_serving(tmp_path, trained_r
         f"Error: --model-repository {tmp_path} holds no model: make {tmp_path}/NAME/1/ a run folder (or a link "
         "to one), or put an export's model.onnx there")
     (tmp_path / "lenet" / "latest").mkdir(parents=True)
+    (tmp_path / "lenet" / "\u00b2").mkdir()  # a digit to str.isdigit, not to int: no version either
     assert serve_refused("--model-repository", str(tmp_path)) == (
         f"Error: {tmp_path / 'lenet'} holds no version folder (1/, 2/, ...); put the run or the export in "
         f"{tmp_path / 'lenet' / '1'}")
@@ -178,3 +179,27 @@ def test_bad_repositories_are_refused_by_name_before_serving(tmp_path, trained_r
         f"Error: model lenet version 1: {tmp_path / 'lenet' / '1' / 'model.onnx'} cannot be read as an ONNX model")
     assert serve_refused("--model-repository", str(tmp_path), "--run", str(trained_run)) == (
         "Error: give --model-repository DIR or one model (--run, --deploy, --weights), not both")
+
+
+def test_an_export_of_a_fixed_batch_is_served_a_full_batch_a_pass(engine, caffe, trained_run, rows, tmp_path):
+    """An export made with the documented ``--batch 4`` in a repository: any number of images answers,
+    each pass filled up to 4 as the export's verification fills it, with pycaffe's answers."""
+    run = tmp_path / trained_run.name
+    shutil.copytree(trained_run, run, symlinks=True)
+    made = exporter.export(engine, exporter.ExportRequest(modelfiles.from_run(run), tmp_path / "out" / "m.onnx",
+                                                          batch=4, images=8), say=lambda _: None)
+    (tmp_path / "repo" / "fixed" / "1").mkdir(parents=True)
+    shutil.copy(made.model, tmp_path / "repo" / "fixed" / "1" / "model.onnx")
+    port = free_port()
+    child = start_server(["--model-repository", str(tmp_path / "repo")], port)
+    try:
+        assert child.poll() is None, child.stderr.read()
+        client = triton.InferenceServerClient(f"127.0.0.1:{port}")
+        expected = pycaffe(caffe, trained_run, modelfiles.from_run(trained_run).weights, rows)
+        for n in (1, 3, 4, 9):
+            got = infer(client, "fixed", rows[:n])
+            np.testing.assert_allclose(got, expected[:n], atol=1e-5)
+        image = png(rows[0][0] / float(rows[0][0].max() or 1))
+        assert httpx.post(f"http://127.0.0.1:{port}/api/classify", content=image).status_code == 200
+    finally:
+        stop(child)

@@ -5,12 +5,15 @@ answers equal pycaffe's on the run's test records."""
 
 from __future__ import annotations
 
+import zlib
+
 import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from caffetool.demo.webapp import DEFAULT_MAX_BODY
 from caffetool.inference import modelfiles, records
 
 from .conftest import same_answers
@@ -96,3 +99,57 @@ def test_refusals_are_the_protocols_errors_and_metrics_scrape(v2_server, trained
                   if line.startswith("nv_inference_exec_count_total{"))
     assert count >= 64 and passes <= count
     assert 'caffetool_http_requests_total{route="/v2/models/{model}/infer",status="400"} 2.0' in scraped
+
+
+def test_a_request_over_the_pixel_budget_is_refused_before_any_decoding(v2_server, trained_run):
+    """64 all-black 6000x6000 PNGs (44 KB each, every one under the per-image limit) in one request:
+    413 from the headers alone, and the server answers the next request as usual."""
+    import cv2
+
+    black = cv2.imencode(".png", np.zeros((6000, 6000), np.uint8))[1].tobytes()
+    images = triton.InferInput("image", [64], "BYTES")
+    images.set_data_from_numpy(np.array([black] * 64, dtype=object), binary_data=True)
+    body, size = triton.InferenceServerClient.generate_request_body([images])
+    answer = httpx.post(f"http://{v2_server}/v2/models/{trained_run.name}/infer", content=body,
+                        headers={"Inference-Header-Content-Length": str(size)}, timeout=60)
+    assert answer.status_code == 413, answer.text
+    assert "64 images hold 2,304,000,000 pixels in all, over the limit of" in answer.json()["error"]
+    small = cv2.imencode(".png", np.zeros((28, 28), np.uint8))[1].tobytes()
+    page = httpx.post(f"http://{v2_server}/api/classify", files=[("image", ("a.png", small, "image/png"))] * 2)
+    assert page.status_code == 200 and len(page.json()) == 2
+    many = httpx.post(f"http://{v2_server}/api/classify", files=[("image", ("big.png", black, "image/png"))] * 2)
+    assert many.status_code == 413 and "2 images hold 72,000,000 pixels" in many.json()["error"]
+
+
+def test_outputs_that_are_not_finite_are_refused_in_json_and_sent_in_binary(v2_server, trained_run):
+    """Inputs of 1e38 overflow LeNet to NaN: a JSON answer would need bare NaN tokens (not JSON), so it
+    is an error that says how to get them; the binary answer carries them."""
+    x = np.full((1, 1, 28, 28), 1e38, np.float32)
+    client = triton.InferenceServerClient(v2_server)
+    with pytest.raises(InferenceServerException, match=r"holds 10 values that are not finite .*binary_data"):
+        client.infer(trained_run.name, [_tensor(x, False)], outputs=[triton.InferRequestedOutput("prob", binary_data=False)])
+    got = client.infer(trained_run.name, [_tensor(x, True)], outputs=[triton.InferRequestedOutput("prob", binary_data=True)])
+    assert not np.isfinite(got.as_numpy("prob")).all()
+    client.close()
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_as_tritonclient_sends_them(v2_server, trained_run, test_records, algorithm,
+                                                        rows_independent_of_batch):
+    """tritonclient's ``request_compression_algorithm``: the body decompressed (within --max-body once
+    decompressed) answers as the plain request; an encoding the server does not decode is refused."""
+    blob, expected = test_records
+    client = triton.InferenceServerClient(v2_server)
+    got = client.infer(trained_run.name, [_tensor(blob[:4], True)], request_compression_algorithm=algorithm,
+                       outputs=[triton.InferRequestedOutput("prob", binary_data=True)])
+    assert same_answers(got.as_numpy("prob"), expected[:4], rows_independent_of_batch)
+    client.close()
+    base = f"http://{v2_server}/v2/models/{trained_run.name}/infer"
+    odd = httpx.post(base, content=b"xx", headers={"Content-Encoding": "br"})
+    assert odd.status_code == 415 and "Content-Encoding 'br' is not supported" in odd.json()["error"]
+    broken = httpx.post(base, content=b"not gzip", headers={"Content-Encoding": "gzip"})
+    assert broken.status_code == 400 and "not valid gzip data" in broken.json()["error"]
+    bomb = zlib.compress(b"\0" * (DEFAULT_MAX_BODY + 1))  # well under the limit as sent
+    assert len(bomb) < DEFAULT_MAX_BODY // 100
+    expanded = httpx.post(base, content=bomb, headers={"Content-Encoding": "deflate"})
+    assert expanded.status_code == 413 and "once decompressed" in expanded.json()["error"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from caffetool.errors import ConfigError
+from caffetool.errors import CaffetoolError, ConfigError
 
 HEADER = "inference-header-content-length"
 MAX_ELEMENTS = 1 << 28  # a tensor's element count above this is refused before anything is allocated
@@ -39,6 +39,11 @@ NAMES = {np.dtype(t): name for name, t in DATATYPES.items() if name != "BYTES"}
 
 class ProtocolError(ConfigError):
     """An infer request the protocol does not allow, or that does not fit the model."""
+
+
+class NotJson(CaffetoolError):
+    """An output JSON cannot carry: NaN and infinity are not JSON numbers (RFC 8259), and a bare
+    ``NaN`` token breaks every strict client; binary data carries them."""
 
 
 @dataclass
@@ -108,7 +113,7 @@ def response(model: str, version: str, request_id: str | None, outputs: list[tup
     head: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": described}
     if request_id is not None:
         head["id"] = request_id
-    text = json.dumps(head, separators=(",", ":")).encode()
+    text = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
     return (text + b"".join(blobs), len(text)) if blobs else (text, None)
 
 
@@ -212,7 +217,13 @@ def _to_bytes(tensor: Tensor) -> bytes:
 def _to_json(tensor: Tensor) -> list:
     if tensor.datatype == "BYTES":
         return [v.decode(errors="replace") for v in tensor.data.reshape(-1)]
-    return tensor.data.reshape(-1).tolist()
+    flat = tensor.data.reshape(-1)
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        bad = int(flat.size - np.count_nonzero(np.isfinite(flat)))
+        raise NotJson(f"output '{tensor.name}' holds {bad:,} values that are not finite (NaN or infinity), which "
+                      "JSON cannot carry: ask for it as binary data (\"parameters\": {\"binary_data\": true}) to "
+                      "receive them")
+    return flat.tolist()
 
 
 def _wanted(item: Any, i: int) -> Wanted:

@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from caffetool import __version__
 from caffetool.demo import oip
+from caffetool.inference import preprocess
 from caffetool.serving.batcher import Batcher, off_loop, unless_left
 from caffetool.serving.catalog import Catalog, Served
 from caffetool.serving.classifier import Classifier
@@ -109,6 +110,7 @@ async def _probabilities(classifier: Classifier, batcher: Batcher, inputs: list[
         if given.datatype != "BYTES" or given.data.ndim != 1 or not 1 <= given.data.size <= MAX_IMAGES:
             raise oip.ProtocolError(f"input '{IMAGE}' is BYTES of shape [n], n from 1 to {MAX_IMAGES}: one "
                                     "encoded image each")
+        preprocess.check_request([bytes(item) for item in given.data], classifier.max_pixels)
 
         async def one(item: bytes) -> np.ndarray:
             prepared = await off_loop(classifier.prepare, bytes(item))

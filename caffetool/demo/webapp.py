@@ -24,6 +24,7 @@ import asyncio
 import base64
 import re
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from html import escape
 from importlib import resources
@@ -40,7 +41,7 @@ from starlette.routing import Route
 
 from caffetool.demo import multipart, v2
 from caffetool.errors import CaffetoolError, ConfigError, DataError, ImageError, NetError, RunError
-from caffetool.inference.preprocess import BadImage, NotAnImage
+from caffetool.inference.preprocess import BadImage, NotAnImage, TooManyPixels, check_request
 from caffetool.runpage import examples, runpage
 from caffetool.runpage.runview import EVALUATIONS, PLOTS, DamagedRun, NoRun, NoSuchImage, RunView
 from caffetool.serving.batcher import Batching, ClientLeft, QueueFull, off_loop, unless_left
@@ -56,7 +57,15 @@ LAYER_NAME = re.compile(r"^[\w./:+-]{1,200}$")  # Caffe layer names as prototxts
 
 
 class BodyTooLarge(ImageError):
-    """A request body over ``--max-body``."""
+    """A request body over ``--max-body`` (as sent, or decompressed)."""
+
+
+class UnsupportedEncoding(ConfigError):
+    """A request body in a Content-Encoding the server does not decode."""
+
+
+class BadEncoding(ConfigError):
+    """A request body that is not what its Content-Encoding says."""
 
 
 class BadParameter(ConfigError):
@@ -66,6 +75,9 @@ class BadParameter(ConfigError):
 # The status each error is answered with; the first class that matches wins.
 STATUS: tuple[tuple[type[CaffetoolError], int], ...] = (
     (BodyTooLarge, 413),
+    (TooManyPixels, 413),
+    (UnsupportedEncoding, 415),
+    (BadEncoding, 400),
     (QueueFull, 503),
     (ClientLeft, 499),  # nginx's "client closed request": what the metrics count, nobody reads it
     (multipart.TooManyFiles, 413),
@@ -136,6 +148,7 @@ def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_M
         want_input = _flag(request, "input")
         body = await _read_body(request, max_body)
         files = multipart.uploads(request.headers.get("content-type", ""), body, MAX_FILES)
+        check_request([upload.data for upload in files], served.classifier.max_pixels)
         if len(files) == 1:
             return JSONResponse(_encoded(await unless_left(request.receive, classified(served, files[0].data, top,
                                                                                        want_input))))
@@ -304,4 +317,31 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise BodyTooLarge(over)
         chunks.append(chunk)
-    return b"".join(chunks)
+    return _decoded(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
+
+
+# Content-Encoding of a request body (tritonclient's request_compression_algorithm): zlib's wbits
+DECODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "identity": None}
+
+
+def _decoded(body: bytes, encoding: str, limit: int) -> bytes:
+    """``body`` as sent before its Content-Encoding, within ``limit`` bytes once decompressed too (a
+    small compressed body can expand a thousandfold)."""
+    name = encoding.strip().lower()
+    if not name:
+        return body
+    if name not in DECODINGS:
+        raise UnsupportedEncoding(f"Content-Encoding {encoding!r} is not supported; send the body as it is, "
+                                  "or compressed with gzip or deflate")
+    if DECODINGS[name] is None:
+        return body
+    inflater = zlib.decompressobj(DECODINGS[name])
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as e:
+        raise BadEncoding(f"the body is not valid {name} data ({e})") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise BodyTooLarge(f"body over the {limit:,}-byte limit once decompressed")
+    if not inflater.eof:
+        raise BadEncoding(f"the body is not valid {name} data (it ends early)")
+    return out

@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 import caffetool
 from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
-from caffetool.engine import cudalibs, cudnnlibs, elf
+from caffetool.engine import cudalibs, cudnnlibs, elf, userfiles
 from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, made_by_caffetool
 from caffetool.errors import (
     BundleError,
@@ -375,6 +375,8 @@ def install(bundle: str, prefix: str | os.PathLike[str] | None = None, sha256: s
                            "installed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         (tree / MANIFEST).write_text(json.dumps(build, indent=2) + "\n")
         _smoke(tree)
+        userfiles.record(tree)
+        userfiles.carry_over(root, tree, say)
     engine = locate(root, probe=link)
     if link:
         _link(engine, manifest, notes, say)

@@ -45,10 +45,30 @@ class CacheCounts:
 
 
 def found() -> str | None:
-    """The ccache to compile through: on PATH, unless ``CCACHE_DISABLE`` is set (ccache's own switch)."""
+    """The ccache to compile through: on PATH, unless ``CCACHE_DISABLE`` is set (ccache's own switch)
+    or its cache folder cannot be used (:func:`unusable`): the cache is optional, a build is not."""
     if os.environ.get("CCACHE_DISABLE", "").lower() not in ("", "0", "false", "no"):
         return None
-    return shutil.which("ccache")
+    launcher = shutil.which("ccache")
+    return None if launcher is None or unusable(launcher) else launcher
+
+
+def unusable(ccache: str) -> str | None:
+    """Why ccache's cache folder (``CCACHE_DIR``, its configuration's ``cache_dir``) cannot hold a
+    cache, or None: a file where the folder should be, or a folder this user may not write."""
+    try:
+        done = subprocess.run([ccache, "-k", "cache_dir"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`ccache -k cache_dir` failed ({e})"
+    if done.returncode != 0 or not done.stdout.strip():
+        return f"`ccache -k cache_dir` failed ({(done.stderr or done.stdout).strip()[:200]})"
+    folder = Path(done.stdout.strip())
+    existing = next(f for f in (folder, *folder.parents) if f.exists())
+    if existing != folder and not existing.is_dir() or folder.exists() and not folder.is_dir():
+        return f"its cache folder {folder} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"its cache folder {folder} is not writable"
+    return None
 
 
 def cmake_flags(ccache: str) -> list[str]:

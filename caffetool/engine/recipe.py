@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from caffetool.apt import SourcePackage, Tarball
-from caffetool.errors import BuildError
+from caffetool.errors import BuildError, ConfigError
 
 CAFFE_SOURCE = SourcePackage(
     package="caffe",
@@ -186,3 +186,26 @@ def cmake_flags(options: BuildOptions, python: str, install_prefix: Path, mkl_ro
             CUDA_ARCH_PTX=options.cuda_arch[-1] if options.cuda_arch else "",
         )
     return [f"-D{k}={v}" for k, v in flags.items()] + list(options.extra_cmake)
+
+
+# CMake definitions caffetool makes itself (:func:`cmake_flags`), and what sets each instead of a
+# ``--cmake-arg``: CMake takes the last definition, so a user's would win and leave caffetool's
+# record of the build (or the install itself: CMAKE_INSTALL_PREFIX) wrong after minutes of building.
+OWN_DEFINITIONS = {
+    "CMAKE_INSTALL_PREFIX": "--prefix", "CPU_ONLY": "--cuda", "USE_CUDNN": "--cudnn", "USE_NCCL": "--nccl",
+    "BLAS": "--blas", "CUDA_ARCH_NAME": "--cuda-arch", "CUDA_ARCH_BIN": "--cuda-arch", "CUDA_ARCH_PTX": "--cuda-arch",
+    "MKL_ROOT": "--blas mkl", "USE_OPENMP": "--stock", "PYTHON_EXECUTABLE": "the Python that runs caffetool",
+    "python_version": "the Python that runs caffetool", "BUILD_SHARED_LIBS": "caffetool's recipe",
+    "BUILD_python": "caffetool's recipe", "BUILD_python_layer": "caffetool's recipe",
+}
+
+
+def check_cmake_args(extra: tuple[str, ...] | list[str]) -> None:
+    """Refuse a ``--cmake-arg`` that defines what caffetool defines itself, naming what sets it."""
+    for arg in extra:
+        if not arg.startswith("-D"):
+            continue
+        name = arg[2:].split("=", 1)[0].split(":", 1)[0].strip()
+        if name in OWN_DEFINITIONS:
+            raise ConfigError(f"--cmake-arg {arg}: caffetool sets {name} itself ({OWN_DEFINITIONS[name]} decides it); "
+                              "drop that --cmake-arg (nothing was built)")

@@ -45,6 +45,18 @@ class Evaluation:
                 f"{s['backend']} backend")
         return writeup.lines(s, self.matrix, self.folder, what)
 
+    def disagreement(self) -> str | None:
+        """Why this evaluation is not to be trusted: its top-1 differs from ``caffe test``'s on the
+        same records and weights (the two read the same database through the same engine, so any
+        difference is a wrong model, preprocessing or backend). None where they agree or
+        ``caffe test`` did not run."""
+        measured = self.summary.get("caffe_test") or {}
+        if measured.get("accuracy") is None or measured.get("equal", True):
+            return None
+        return (f"top-1 {self.summary['top1']:.4f} differs from caffe test's {measured['accuracy']:g} on the same "
+                f"records and weights: the {self.summary['backend']} backend does not compute what Caffe computes "
+                f"(the report is in {self.folder})")
+
 
 def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, split: str = "test", top: int | None = None,
              backend: str = "caffe", batch_size: int | None = None, caffe_test: bool = True,

@@ -6,13 +6,17 @@ Caffe there, not here), convert (:mod:`.onnxnet`), let ``onnx.checker`` check th
 shape inference, run it beside pycaffe on the run's test images or on drawn images
 (:mod:`.verify`), and only then write the model and its record (``export.json``: per-layer errors,
 top-1 agreement, sha256s of deploy, weights and model, versions). A model past the tolerance is
-not written. A run's export is ``RUN/export/`` (model.onnx, export.json), replaced as one folder.
+not written. A run's export is ``RUN/export/model.onnx`` and ``export.json``; what else a user keeps
+in that folder stays. An existing model is replaced only where its record says caffetool wrote
+exactly those bytes (its sha256), so a model the user changed, or another tool's file that a record
+merely names, is never overwritten.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,9 +31,9 @@ from caffetool import __version__, fsio
 from caffetool.checksum import sha256_file
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, DataError, ExportError, RunError
-from caffetool.export import inputs, onnxnet, preprocessing, runtime, verify
+from caffetool.export import inputs, onnxnet, preprocessing, room, runtime, verify
 from caffetool.inference import modelfiles
-from caffetool.nets import prototxt
+from caffetool.nets import project
 from caffetool.nets.check import validate
 from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
@@ -74,6 +78,7 @@ def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None
     caffe, net_param, net = _load(engine, request.files)
     labels = _labels(request.files)
     converted = onnxnet.convert(net_param, net, request.opset, request.batch, _name(request.files))
+    _check_labels(labels, net, converted, request.files)
     caffe_input, onnx_input = _io_names(converted, request.with_preprocessing)
     p = _preprocessing(caffe, request.files, net_param, onnx_input)
     model = _finished(converted, p, labels, request)
@@ -82,7 +87,7 @@ def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None
     result = verify.verify(net, converted, model, feeds, request.tolerance, request.batch, source,
                            runtime.session_of)
     seconds["verify"] = time.perf_counter() - started - seconds["convert"]
-    _reported(result, say, "", ": no model was written (compare with --tolerance, or report the layer)")
+    _reported(result, say, "", writing=True)
     record = _record(engine, request, model, converted, result, p, seconds)
     _write(request, model, record)
     return Exported(request.out, request.out.parent / RECORD, result, seconds)
@@ -96,25 +101,51 @@ def _check_opset(opset: int) -> None:
 
 
 def _check_target(request: ExportRequest) -> None:
-    """Replace only an export caffetool made: the model file and the record beside it that names it."""
+    """Replace only a model caffetool wrote: one whose record beside it names it and holds its sha256."""
     out = request.out
     if out.suffix != ".onnx":
         raise ConfigError(f"--out {out} should end in .onnx")
-    record = out.parent / RECORD
-    if record.exists():
-        try:
-            named = json.loads(record.read_text()).get("model")
-        except (OSError, ValueError, AttributeError):
-            named = None
-        if named != out.name:
-            raise ConfigError(f"{record} is not the record of an export of {out.name} (it names {named!r}); "
-                              "write the export to another folder (nothing was changed)")
-    elif out.exists():
-        raise ConfigError(f"{out} exists and caffetool did not make it (no {RECORD} beside it names it); "
-                          "choose another --out (nothing was changed)")
+    if RunFolder(out.parent).manifest.is_file():
+        raise ConfigError(f"--out {out} is in the top folder of the run {out.parent}, beside its manifest; a run's "
+                          f"export goes to {RunFolder(out.parent).export} (`caffetool export {out.parent.name}`), "
+                          "or choose a folder outside the run (nothing was changed)")
     for given in (request.files.deploy, request.files.weights):
         if Path(given).resolve() == out.resolve():
             raise ConfigError(f"--out {out} is the input {given}; choose another file (nothing was changed)")
+    folder = next(f for f in (out.parent, *out.parent.parents) if f.exists())
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write {out}: {folder} is not a folder this user may write in; choose another "
+                          "--out (nothing was changed)")
+    record = out.parent / RECORD
+    if not record.exists():
+        if out.exists():
+            raise ConfigError(f"{out} exists and caffetool did not make it (no {RECORD} beside it names it); "
+                              "choose another --out (nothing was changed)")
+        return
+    made = _written(record)
+    if made.get("model") != out.name:
+        raise ConfigError(f"{record} is not the record of an export of {out.name} (it names {made.get('model')!r}); "
+                          "write the export to another folder (nothing was changed)")
+    if out.exists() and sha256_file(out) not in _shas(made):
+        raise ConfigError(f"{out} is not the model caffetool wrote ({record} records another sha256): it was "
+                          "changed or replaced since; move it away or choose another --out (nothing was changed)")
+
+
+def _written(record: Path) -> dict[str, Any]:
+    """An export record's contents; {} where it is not one (unreadable, not a JSON object)."""
+    try:
+        made = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}
+    return made if isinstance(made, dict) else {}
+
+
+def _shas(made: dict[str, Any]) -> set[str]:
+    """The model sha256s a record vouches for: the model it records and, until that model is in
+    place, the one it replaces (see :func:`_write`)."""
+    sha = made.get("sha256")
+    sha = sha if isinstance(sha, dict) else {}
+    return {v for v in (sha.get("onnx"), sha.get("replaced_onnx")) if isinstance(v, str)}
 
 
 def _preprocessing(caffe: Any, files: modelfiles.ModelFiles, net_param: Any,
@@ -131,17 +162,41 @@ def _load(engine: EngineInfo, files: modelfiles.ModelFiles) -> tuple[Any, Any, A
     for what, path in (("deploy net", files.deploy), ("weights", files.weights)):
         if not Path(path).is_file():
             raise (RunError if files.run else ConfigError)(f"{what} {path} not found")
-    net_param = prototxt.read(files.deploy, caffe.proto.caffe_pb2.NetParameter())
+    net_param, _ = project.read_net(engine, Path(files.deploy), caffe.proto.caffe_pb2)
     onnxnet.refusals(net_param)
     validate(engine, Path(files.deploy).parent, deploy=[Path(files.deploy).name],
                    weights=str(Path(files.weights).absolute()))
     caffe.set_mode_cpu()
     net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
+    _check_finite(net, files.weights)
     return caffe, net_param, net
+
+
+def _check_finite(net: Any, weights: Path | str) -> None:
+    """Refuse weights that hold NaN or infinity, naming the layer: every answer of such a model is NaN."""
+    for layer, blobs in net.params.items():
+        bad = sum(int(b.data.size - np.count_nonzero(np.isfinite(b.data))) for b in blobs)
+        if bad:
+            raise ExportError(f"{weights}: the weights of layer {layer!r} hold {bad:,} values that are not finite "
+                              "(NaN or infinity), so the model would answer NaN; export weights from before the "
+                              "training diverged (an earlier snapshot)")
 
 
 def _labels(files: modelfiles.ModelFiles) -> list[str] | None:
     return labelfile.read(Path(files.labels)) if files.labels and Path(files.labels).is_file() else None
+
+
+def _check_labels(labels: list[str] | None, net: Any, converted: onnxnet.Converted,
+                  files: modelfiles.ModelFiles) -> None:
+    """Labels go into the model's metadata: as many as the net's last output has values per image."""
+    if labels is None or not converted.outputs:
+        return
+    final = net.blobs[verify.output_blobs(converted)[converted.outputs[-1]]].data
+    classes = int(np.prod(final.shape[1:]))
+    if len(labels) != classes:
+        raise ConfigError(f"{files.labels} names {len(labels)} classes, but the net's output "
+                          f"{converted.outputs[-1]!r} has {classes} values per image; give the labels of this "
+                          "net (nothing was written)")
 
 
 def _name(files: modelfiles.ModelFiles) -> str:
@@ -181,7 +236,7 @@ def _finished(converted: onnxnet.Converted, p: preprocessing.Preprocessing | Non
 def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converted, net_param: Any,
            p: preprocessing.Preprocessing | None, caffe_input: str, onnx_input: str | None,
            request: ExportRequest) -> tuple[str, Iterator[inputs.Feeds]]:
-    size = request.batch or VERIFY_BATCH
+    size = room.pass_size(net_param, request.batch or VERIFY_BATCH, fixed=request.batch is not None)
     if onnx_input is None or p is None:
         count = request.images or DRAWN_IMAGES
         return f"{count} drawn inputs (seed {inputs.SEED})", _other_feeds(converted, net_param, count, size)
@@ -192,7 +247,7 @@ def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converte
             first = inputs.run_images(files.run, caffe.proto.caffe_pb2, converted.inputs[caffe_input], count)
             items = ((inputs.as_loaded(pixels, p) if request.with_preprocessing else None, blob)
                      for pixels, blob in first)
-            return (f"the run's test images (first {count:,})",
+            return (_test_images_said(files.run, caffe.proto.caffe_pb2, count),
                     inputs.batched(_peeked(items), size, caffe_input, onnx_input, p, transformer))
         except (DataError, RunError):
             pass  # a run without a test database of its own: drawn images, as for a deploy net
@@ -200,6 +255,12 @@ def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converte
     drawn = ((image, None) for image in inputs.drawn_images(p, count))
     return (f"{count} drawn images (seed {inputs.SEED})",
             inputs.batched(drawn, size, caffe_input, onnx_input, p, transformer))
+
+
+def _test_images_said(run: Path, caffe_pb2: Any, count: int) -> str:
+    """Which of the run's test images the verification runs on, as the summary says it."""
+    total = inputs.test_count(run, caffe_pb2)
+    return f"the run's {total:,} test images" if count >= total else f"the run's first {count:,} test images"
 
 
 def _peeked(items: Iterator) -> Iterator:
@@ -254,19 +315,18 @@ def _dims(value: onnx.ValueInfoProto) -> list[int | str] | None:
 
 
 def _write(request: ExportRequest, model: onnx.ModelProto, record: dict) -> None:
-    """The model and its record; a run's export folder is replaced as a whole, in one rename."""
+    """The model and its record, nothing else in their folder touched. The record goes first and also
+    vouches for the model it replaces, so a write cut short between the two leaves a pair that
+    :func:`_check_target` still recognises (and :func:`run_export` finds stale and redoes)."""
     data = model.SerializeToString()
-    record["sha256"]["onnx"] = hashlib.sha256(data).hexdigest()
-    text = json.dumps(record, indent=2) + "\n"
     out = request.out
-    if request.files.run is not None and out.parent == RunFolder(request.files.run).export:
-        fsio.check_replaceable(out.parent, lambda d: (d / RECORD).is_file(), "an export", error=ExportError)
-        with fsio.staged_dir(out.parent, ExportError) as folder:
-            (folder / out.name).write_bytes(data)
-            (folder / RECORD).write_text(text)
-        return
+    record["sha256"]["onnx"] = hashlib.sha256(data).hexdigest()
+    if out.is_file():
+        record["sha256"]["replaced_onnx"] = sha256_file(out)
+    fsio.write_atomic(out.parent / RECORD, json.dumps(record, indent=2) + "\n", ExportError)
     fsio.write_atomic(out, data, ExportError)
-    fsio.write_atomic(out.parent / RECORD, text, ExportError)
+    record["sha256"].pop("replaced_onnx", None)
+    fsio.write_atomic(out.parent / RECORD, json.dumps(record, indent=2) + "\n", ExportError)
 
 
 def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, tolerance: float,
@@ -275,9 +335,11 @@ def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, to
     an export (its tensors carry Caffe's blob names, as caffetool's exports do)."""
     caffe, net_param, net = _load(engine, files)
     model = runtime.read_model(model_path)
+    opset = _opset(model, model_path)
     first = model.graph.input[0].type.tensor_type.shape.dim[0] if model.graph.input else None
     batch = first.dim_value if first is not None and first.dim_value else None
-    converted = onnxnet.convert(net_param, net, model.opset_import[0].version, batch, _name(files))
+    converted = onnxnet.convert(net_param, net, opset, batch, _name(files))
+    _check_interface(model, model_path, converted)
     missing = [name for c in converted.compared for _, name in c.outputs
                if name not in {t for node in model.graph.node for t in node.output}]
     if missing:
@@ -286,24 +348,60 @@ def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, to
     with_preprocessing = any(i.name == preprocessing.IMAGE_INPUT for i in model.graph.input)
     caffe_input, onnx_input = _io_names(converted, with_preprocessing)
     p = _preprocessing(caffe, files, net_param, onnx_input)
-    request = ExportRequest(files, model_path, model.opset_import[0].version, batch, tolerance, images,
+    request = ExportRequest(files, model_path, opset, batch, tolerance, images,
                             with_preprocessing)
     source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, onnx_input, request)
     result = verify.verify(net, converted, model, feeds, tolerance, batch, source, runtime.session_of)
-    _reported(result, say, f"{model_path}: ", "")
+    _reported(result, say, f"{model_path}: ", writing=False)
     return result
 
 
-def _reported(result: verify.Verification, say: Callable[[str], None], where: str, then: str) -> None:
-    """The layer table and the summary said; a verification past the tolerance raised, naming the first
-    layer past it."""
+def _opset(model: onnx.ModelProto, path: Path) -> int:
+    """The ONNX operator set ``model`` declares; a model that declares none is damaged."""
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise ExportError(f"{path} declares no ONNX operator set (its opset_import is empty): it is damaged or "
+                          "not an export; export the model again")
+    return versions[0]
+
+
+def _check_interface(model: onnx.ModelProto, path: Path, converted: onnxnet.Converted) -> None:
+    """The model's inputs and outputs are the deploy net's: each input by name with the net's shape
+    (batch aside), each output of the net present."""
+    given = {i.name: i for i in model.graph.input}
+    for name, shape in converted.inputs.items():
+        if name not in given and preprocessing.IMAGE_INPUT not in given:
+            raise ExportError(f"{path} has no input {name!r}, which the deploy net takes: it is not an export of "
+                              "this net")
+        if name in given:
+            dims = [d.dim_value or d.dim_param for d in given[name].type.tensor_type.shape.dim][1:]
+            if [d for d in dims if isinstance(d, int)] and dims != list(shape):
+                raise ExportError(f"{path}: its input {name!r} takes {'x'.join(map(str, dims))} per item, the deploy "
+                                  f"net {'x'.join(map(str, shape))}: it is not an export of this net")
+    outputs = {o.name for o in model.graph.output}
+    missing = [name for name in converted.outputs if name not in outputs]
+    if missing:
+        raise ExportError(f"{path} has no graph output {missing[0]!r}, which the deploy net gives: it is damaged "
+                          "or not an export of this net; export the model again")
+
+
+def _reported(result: verify.Verification, say: Callable[[str], None], where: str, writing: bool) -> None:
+    """The layer table and the summary said; a verification that failed raised, naming the first layer
+    past the tolerance or not finite (``writing``: an export, which then writes nothing)."""
     for line in result.table():
         say(line)
     say(result.summary())
     past = result.first_past()
-    if past is not None:
-        raise ExportError(f"{where}layer {past.layer!r} ({past.type}) differs from Caffe by {past.rel:.3g} of its "
-                          f"scale, past the tolerance of {result.tolerance:g}{then}")
+    if past is None:
+        return
+    unwritten = ": no model was written" if writing else ""
+    if past.failed:
+        raise ExportError(f"{where}layer {past.layer!r} ({past.type}) gives {past.non_finite:,} values that are not "
+                          "finite (NaN or infinity) in Caffe itself, from finite inputs (weights that overflow "
+                          f"float32, a division by zero): a model that answers them is not verified{unwritten}")
+    hint = " (compare with --tolerance, or report the layer)" if writing else ""
+    raise ExportError(f"{where}layer {past.layer!r} ({past.type}) differs from Caffe by {past.rel:.3g} of its "
+                      f"scale, past the tolerance of {result.tolerance:g}{unwritten}{hint}")
 
 
 

@@ -41,6 +41,11 @@ def run_images(run_dir: Path, caffe_pb2: Any, shape: tuple[int, ...], count: int
         yield records.crop(image, src.transform.crop_size), blob
 
 
+def test_count(run_dir: Path, caffe_pb2: Any) -> int:
+    """How many records the run's test database holds."""
+    return db.count(records.source(run_dir, "test", caffe_pb2).path)
+
+
 def drawn_images(p: Preprocessing, count: int, seed: int = SEED) -> Iterator[np.ndarray]:
     rng = np.random.default_rng(seed)
     for _ in range(count):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from caffetool.errors import ExportError
 from caffetool.export.onnxgraph import OnnxGraph, tensor
 
 IMAGE_INPUT = "image"
+MAX_SCALE, MAX_SIDE = 1e6, 100_000  # bounds on what metadata may say (Caffe's own nets use scales of 1/255 to 255)
 PREPROCESSING, MEAN_IMAGE, LABELS, IN_GRAPH = ("caffetool.preprocessing", "caffetool.mean_image", "caffetool.labels",
                                                "caffetool.preprocessing_in_graph")
 
@@ -63,14 +65,40 @@ class Preprocessing:
                 mean = np.load(io.BytesIO(base64.b64decode(props[MEAN_IMAGE])), allow_pickle=False)
             elif mean is not None:
                 mean = np.asarray(mean, np.float32)
-            return cls(*chw, float(steps["input_scale"]), mean, float(steps["raw_scale"]),
-                       tuple(steps["channel_swap"]) if steps["channel_swap"] else None,
-                       tuple(steps["image_dims"]) if steps["image_dims"] else None,
-                       bool(steps.get("white_on_black", False)))
+            p = cls(*chw, float(steps["input_scale"]), mean, float(steps["raw_scale"]),
+                    tuple(steps["channel_swap"]) if steps["channel_swap"] else None,
+                    tuple(steps["image_dims"]) if steps["image_dims"] else None,
+                    steps.get("white_on_black", False))
         except KeyError as e:
             raise ExportError(f"{where} has no {e.args[0]!r} in its metadata: export it with `caffetool export`") from None
         except (ValueError, TypeError, AttributeError) as e:
             raise ExportError(f"{where}: its {PREPROCESSING!r} metadata cannot be read ({e}); export it again") from None
+        if (why := p.implausible()) is not None:
+            raise ExportError(f"{where}: its {PREPROCESSING!r} metadata says {why}; caffetool never writes that: "
+                              "export the model again") from None
+        return p
+
+    def implausible(self) -> str | None:
+        """What in these steps no export of a Caffe net holds (metadata is a file anyone can edit, and
+        a wrong step answers one class for every image), or None."""
+        c = self.channels
+        checks = (
+            (math.isfinite(self.input_scale) and 0 < abs(self.input_scale) <= MAX_SCALE,
+             f"input_scale {self.input_scale:g} (a finite number, not 0, at most {MAX_SCALE:g} in size)"),
+            (math.isfinite(self.raw_scale) and 0 < self.raw_scale <= MAX_SCALE,
+             f"raw_scale {self.raw_scale:g} (a finite number above 0, at most {MAX_SCALE:g})"),
+            (self.mean is None or (self.mean.shape in ((1,), (c,), (c, self.height, self.width))
+                                   and bool(np.isfinite(self.mean).all())),
+             f"a mean of shape {getattr(self.mean, 'shape', None)} (finite values: 1, {c}, or {c}x{self.height}x"
+             f"{self.width})"),
+            (self.channel_swap is None or sorted(self.channel_swap) == list(range(c)),
+             f"channel_swap {self.channel_swap} (an order of the {c} channels)"),
+            (self.image_dims is None or (len(self.image_dims) == 2 and all(isinstance(d, int) and 0 < d <= MAX_SIDE
+                                                                         for d in self.image_dims)),
+             f"image_dims {self.image_dims} (two sides from 1 to {MAX_SIDE:,})"),
+            (isinstance(self.white_on_black, bool), f"white_on_black {self.white_on_black!r} (true or false)"),
+        )
+        return next((why for ok, why in checks if not ok), None)
 
     def steps(self) -> dict:
         mean = None if self.mean is None else "image" if self.mean.ndim == 3 else [float(v) for v in self.mean]

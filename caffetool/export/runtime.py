@@ -22,13 +22,13 @@ def read_model(path: Path) -> onnx.ModelProto:
     """The ONNX model in ``path``, or an error that names the file."""
     try:
         return onnx.load(str(path))
-    except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, ValueError or its own
+    except Exception as e:
         raise ExportError(f"{path} cannot be read as an ONNX model ({str(e).strip().splitlines()[0]})") from None
 
 
-def session_of(model: onnx.ModelProto | Path, outputs: list[str] = ()):  # noqa: ANN201 - onnxruntime's type
+def session_of(model: onnx.ModelProto | Path, outputs: list[str] = ()):
     """An ``InferenceSession`` of ``model`` (in memory or a file) that also outputs ``outputs``."""
-    import onnxruntime as ort  # noqa: PLC0415 - 0.3 s to import; only for exports
+    import onnxruntime as ort
 
     if isinstance(model, Path):
         model = read_model(model)
@@ -43,5 +43,14 @@ def session_of(model: onnx.ModelProto | Path, outputs: list[str] = ()):  # noqa:
     options.log_severity_level = 3  # warnings about unused initializers are not the user's business
     try:
         return ort.InferenceSession(model.SerializeToString(), options, providers=PROVIDERS)
-    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own, unexported, error classes
+    except Exception as e:
         raise ExportError(f"onnxruntime cannot run the model: {str(e).strip().splitlines()[0]}") from None
+
+
+def run(session, outputs: list[str], feeds: dict) -> list:
+    """``session.run``, its failure (an input of the wrong shape, an output the graph lacks) an error
+    that says so rather than onnxruntime's own."""
+    try:
+        return session.run(outputs, feeds)
+    except Exception as e:
+        raise ExportError(f"onnxruntime cannot run the model on the inputs: {str(e).strip().splitlines()[0]}") from None

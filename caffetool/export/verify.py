@@ -6,8 +6,10 @@ onnxruntime runs the model twice: once with every layer's output made a graph ou
 table), and once as exported (the outputs a user gets, and top-1 agreement on them).
 
 A layer's error is relative to its blob's scale: ``max |caffe - onnx| / max(|caffe|, |onnx|)`` over
-every image; a blob that is zero in both has error 0. Values that are not finite must be the same
-non-finite values in both. The verification fails at the first layer past the tolerance.
+every image; a blob that is zero in both has error 0. A layer whose Caffe output is not finite
+(NaN or infinity: non-finite weights, or an overflow) fails the verification however well the model
+agrees, since such a model answers nothing useful. The verification fails at the first layer past
+the tolerance or not finite.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from caffetool.export import runtime
 from caffetool.export.onnxnet import Converted
 
 
@@ -29,6 +32,7 @@ class LayerFigures:
     blob: str
     max_abs: float = 0.0
     scale: float = 0.0
+    non_finite: int = 0  # values of Caffe's output that are NaN or infinite
 
     @property
     def rel(self) -> float:
@@ -40,6 +44,7 @@ class LayerFigures:
         if caffe.shape != onnx_value.shape:
             self.max_abs = float("inf")
             return
+        self.non_finite += int(caffe.size - np.count_nonzero(np.isfinite(caffe)))
         finite = np.isfinite(caffe) & np.isfinite(onnx_value)
         same_special = ~finite & ((caffe == onnx_value) | (np.isnan(caffe) & np.isnan(onnx_value)))
         if not np.all(finite | same_special):
@@ -52,7 +57,11 @@ class LayerFigures:
 
     def record(self) -> dict:
         return {"layer": self.layer, "type": self.type, "blob": self.blob, "max_abs_error": self.max_abs,
-                "max_rel_error": self.rel, "scale": self.scale}
+                "max_rel_error": self.rel, "scale": self.scale, "non_finite": self.non_finite}
+
+    @property
+    def failed(self) -> bool:
+        return self.non_finite > 0
 
 
 @dataclass
@@ -66,7 +75,7 @@ class Verification:
     outputs: list[str] = field(default_factory=list)
 
     def first_past(self) -> LayerFigures | None:
-        return next((f for f in self.layers if not f.rel <= self.tolerance), None)
+        return next((f for f in self.layers if not f.rel <= self.tolerance or f.failed), None)
 
     @property
     def passed(self) -> bool:
@@ -76,7 +85,7 @@ class Verification:
         width = max([len(f"{f.layer} ({f.type})") for f in self.layers] + [5])
         lines = [f"{'layer'.ljust(width)}  {'max abs error':>13}  {'max rel error':>13}"]
         for f in self.layers:
-            mark = "  <- past the tolerance" if f is self.first_past() else ""
+            mark = ("" if f is not self.first_past() else "  <- not finite" if f.failed else "  <- past the tolerance")
             lines.append(f"{f'{f.layer} ({f.type})'.ljust(width)}  {f.max_abs:13.3e}  {f.rel:13.3e}{mark}")
         return lines
 
@@ -103,7 +112,7 @@ def verify(net: Any, converted: Converted, model: onnx.ModelProto,
     result = Verification(tolerance, source, figures, outputs=list(converted.outputs))
     every = session(model, [name for c in converted.compared for _, name in c.outputs])
     plain = session(model)
-    blob_of = _output_blobs(converted)
+    blob_of = output_blobs(converted)
     final = converted.outputs[-1] if converted.outputs else None
     result.top1_agree = 0
     for caffe_feeds, onnx_feeds in batches:
@@ -111,10 +120,10 @@ def verify(net: Any, converted: Converted, model: onnx.ModelProto,
         fed = {k: _padded(v, batch) for k, v in onnx_feeds.items()}
         caffe_values = _caffe_layers(net, converted, {k: _padded(v, batch) for k, v in caffe_feeds.items()})
         names = [name for c in converted.compared for _, name in c.outputs]
-        onnx_values = dict(zip(names, every.run(names, fed)))
+        onnx_values = dict(zip(names, runtime.run(every, names, fed)))
         for f, value, name in zip(figures, caffe_values, names):
             f.add(value[:n], onnx_values[name][:n])
-        outputs = dict(zip(converted.outputs, plain.run(converted.outputs, fed)))
+        outputs = dict(zip(converted.outputs, runtime.run(plain, converted.outputs, fed)))
         for name in converted.outputs:
             mine = net.blobs[blob_of[name]].data[:n]
             theirs = outputs[name][:n].reshape(mine.shape)
@@ -130,7 +139,7 @@ def verify(net: Any, converted: Converted, model: onnx.ModelProto,
     return result
 
 
-def _output_blobs(converted: Converted) -> dict[str, str]:
+def output_blobs(converted: Converted) -> dict[str, str]:
     """The Caffe blob each model output is: its own name, but for a net input that an in-place layer
     rewrites, whose last version is ``BLOB/LAYER`` (the input keeps the name)."""
     written = {name: blob for c in converted.compared for blob, name in c.outputs}

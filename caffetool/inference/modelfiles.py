@@ -101,7 +101,8 @@ def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width:
     elif files.mean is not None:
         mean = transform.read_mean(pb2, files.mean, channels, height, width)
     if mean is not None and mean.ndim == 1 and mean.size not in (1, channels):
-        raise ConfigError(f"{mean.size} mean values for a net of {channels} channels; give 1 or {channels}")
+        raise ConfigError(f"{mean.size} mean values for a net of {channels} channel{'s' if channels > 1 else ''}; give "
+                          + ("one" if channels == 1 else f"1 or {channels}"))
     white = files.white_on_black if files.white_on_black is not None else False
     colour = _colour(files, channels, height, width, files.train_size if crop else None)
     return preprocess.Transform(channels, height, width, float(scale), mean, white, colour)

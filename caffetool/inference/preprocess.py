@@ -42,6 +42,10 @@ class ImageTooLarge(BadImage):
     """An image whose header declares more pixels, or more decoded bytes, than the limits allow."""
 
 
+class TooManyPixels(BadImage):
+    """A request whose images together hold more pixels than one request may (see :func:`check_request`)."""
+
+
 @dataclass(frozen=True)
 class Colour:
     """How a colour net is fed, in the terms of pycaffe's ``Classifier`` (and ``classify.py``'s flags).
@@ -122,6 +126,24 @@ def decode(data: bytes, max_pixels: int = MAX_PIXELS, max_decoded_bytes: int = M
     if image is None:
         raise BadImage(f"the {header.format} image could not be decoded (damaged or truncated)")
     return image
+
+
+def check_request(images: list[bytes], budget: int = MAX_PIXELS) -> None:
+    """Refuse a request whose images hold more than ``budget`` pixels together, from their headers
+    alone, before any is decoded. The work of a request grows with its pixels, not its count: 64
+    images each under the per-image limit would hold the server's cores for tens of seconds while
+    every other client waits, so one request gets the budget of one image at most."""
+    total = 0
+    for data in images:
+        try:
+            header = imageheader.read(data)
+        except imageheader.DecompressionBombError:
+            continue  # refused on its own by check_header
+        if header is not None and header.pixels <= budget:  # one past the limit is refused on its own
+            total += header.pixels
+    if total > budget:
+        raise TooManyPixels(f"the request's {len(images)} images hold {total:,} pixels in all, over the limit of "
+                              f"{budget:,} for one request: send fewer or smaller images in each request")
 
 
 def check_header(data: bytes, max_pixels: int, max_decoded_bytes: int) -> imageheader.Header:

@@ -47,7 +47,7 @@ from typing import Any
 from caffetool.choices import INT32_MAX, choose
 from caffetool.engine import cudnn_settings
 from caffetool.errors import ConfigError, NetError
-from caffetool.memory import device, netgraph, parallel
+from caffetool.memory import device, netgraph, parallel, sources
 from caffetool.memory.info import Buffer, Shape, count
 
 HISTORY = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
@@ -154,6 +154,16 @@ class Estimate:
         return bool(self.unmodelled or self.not_counted)
 
 
+def _with_train_batch(net: Any, batch: int) -> Any:
+    """A copy of ``net`` whose TRAIN data layers have ``batch``: the TEST net built from it keeps its
+    own TEST-only layers' batch, and a layer of both phases (a deploy net's ``Input``) has ``batch``
+    there too, as it has in the engine."""
+    copy = type(net)()
+    copy.CopyFrom(net)
+    sources.set_batch(copy, batch)
+    return copy
+
+
 def _check(o: Options) -> None:
     for flag, value in (("--batch-size", o.batch), ("--test-batch-size", o.test_batch)):
         if value is not None and value < 1:
@@ -179,7 +189,10 @@ def estimate(net: Any, options: Options, text: str | None = None, source: str = 
     not_counted = list(main.not_counted)
     nodes = list(main.nodes)
     for tested in (o.test_nets if o.test_nets is not None else [net]) if training and o.test_net else []:
-        test = netgraph.build(tested, "test", o.input_shape, o.test_batch, text if tested is net else None, source)
+        own_text = text if tested is net else None
+        if o.test_batch is None and o.batch is not None and tested is net:
+            tested = _with_train_batch(net, o.batch)
+        test = netgraph.build(tested, "test", o.input_shape, o.test_batch, own_text, source)
         _check_blob_sizes(test, source, "test batch", "the TEST Data layer's batch_size")
         trained = {node.name for node in main.nodes}
         test_rows += _account(test, o, ledger, train_net=False, forward=True, shared_params=trained)
@@ -419,15 +432,19 @@ def _book_shared_cudnn(layers: list[tuple[netgraph.Node, Row, bool]], o: Options
     convolutions[index][1].scratch_bytes += ledger.take_bytes(size)
 
 
-def per_sample(net: Any, options: Options, text: str | None = None) -> tuple[int, int]:
-    """(fixed, per-sample bytes): memory = fixed + batch x per-sample, from batches of 2 and 3 (the
-    OpenMP engine convolves a batch of 1 image by image, of 2 or more in chunks). On a GPU the line
-    leaves out CUDA's pages, a step function of the batch: they add less than 2 MiB per allocation."""
+def per_sample(net: Any, options: Options, text: str | None = None, around: int = 3) -> tuple[int, int]:
+    """(fixed, per-sample bytes): memory = fixed + batch x per-sample, the line through the batches
+    ``around`` and the one below it (1 and 2 for a batch of 1; the batch above may be past what Caffe
+    can build). Memory is not one line over every batch (the OpenMP engine
+    convolves a batch of 1 image by image and larger ones in chunks whose scratch stops growing), so
+    a line shown beside an estimate is the one through its batch, which it then agrees with. On a GPU
+    the line leaves out CUDA's pages, a step function of the batch: less than 2 MiB per allocation."""
     from dataclasses import replace  # noqa: PLC0415
 
     def size(batch: int) -> int:
         e = estimate(net, replace(options, batch=batch), text)
         return e.total - e.allocator if options.mode == "gpu" else e.total
 
-    two, three = size(2), size(3)
-    return two - 2 * (three - two), three - two
+    first = max(1, around - 1)
+    low, high = size(first), size(first + 1)
+    return low - first * (high - low), high - low

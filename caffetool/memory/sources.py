@@ -20,6 +20,7 @@ from typing import Any
 
 from caffetool.errors import ConfigError
 from caffetool.memory.info import Shape
+from caffetool.nets import state
 
 PREFETCHING = {"Data": "data_param", "ImageData": "image_data_param", "WindowData": "window_data_param"}
 DATA_LAYERS = {"Input", "DummyData", "MemoryData", "HDF5Data", *PREFETCHING}
@@ -70,3 +71,28 @@ def data_tops(layer: Any, input_shape: Shape | None, batch: int | None, where: s
         return DataTops(tops, not_counted="the HDF5 file it holds in memory")
     prefetch = layer.data_param.prefetch if layer.data_param.HasField("prefetch") else 4
     return DataTops(tops, prefetch=prefetch, owned=False)
+
+
+def set_batch(net: Any, batch: int, phase: int = state.TRAIN) -> None:
+    """Give the data layers of ``net`` (a NetParameter, changed in place) that run in ``phase`` the
+    batch ``batch``, and the net's own inputs too (``input_shape``, ``input_dim``): ``--batch-size``
+    as a file would say it. A layer without a phase rule (a deploy net's ``Input``) is in the TRAIN
+    and the TEST net alike, so it takes the batch in both, as it does in the engine."""
+    for layer in net.layer:
+        if not state.included(layer, phase):
+            continue
+        shapes = (list(layer.input_param.shape) if layer.type == "Input" else
+                  list(layer.dummy_data_param.shape) if layer.type == "DummyData" else [])
+        for shape in shapes:
+            if shape.dim:
+                shape.dim[0] = batch
+        if layer.type == "DummyData":
+            layer.dummy_data_param.num[:] = [batch] * len(layer.dummy_data_param.num)
+        for param in (*PREFETCHING.values(), "hdf5_data_param", "memory_data_param"):
+            if layer.HasField(param):
+                getattr(layer, param).batch_size = batch
+    for shape in net.input_shape:
+        if shape.dim:
+            shape.dim[0] = batch
+    for i in range(0, len(net.input_dim), 4):
+        net.input_dim[i] = batch

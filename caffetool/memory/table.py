@@ -80,7 +80,7 @@ def _totals(e: Estimate, fixed: int, per_sample: int) -> list[str]:
         lines.append(f"  {'pinned host':<14} {mib(e.host_pinned):>12} MiB (prefetch batches, not on the device)")
     total = f"at least {mib(e.total)}" if e.lower_bound else mib(e.total)
     caveat = ("before CUDA's pages" if e.options.mode == "gpu" else
-              "at most that on the OpenMP engine's CPU, whose convolution scratch stops growing at 8 MiB a thread")
+              "near this batch: the OpenMP engine's convolution scratch stops growing at 8 MiB a thread")
     lines.append(f"  {'total':<14} {total:>12} MiB  (by batch: {mib(fixed)} MiB fixed + batch x "
                  f"{mib(per_sample)} MiB per sample; {caveat})")
     lines.append(f"(estimated in {e.seconds * 1e3:.1f} ms)")

@@ -148,13 +148,20 @@ def _net_file(name: str, here: Path, engine: EngineInfo, caffe_pb2: ModuleType,
     """The net in the file ``name`` (relative to ``here``), upgraded if it is in an old format."""
     path = _existing(here / name, "net", NetError)
     reads.append(path)
-    net = prototxt.read(path, caffe_pb2.NetParameter())
-    if net.layers:
-        notice = f"{name}: old net format upgraded with the engine's upgrade_net_proto_text"
-        if notice not in notices:
-            notices.append(notice)
-        return _upgraded(engine, "upgrade_net_proto_text", path, caffe_pb2.NetParameter())
+    net, upgraded = read_net(engine, path, caffe_pb2)
+    notice = f"{name}: old net format upgraded with the engine's upgrade_net_proto_text"
+    if upgraded and notice not in notices:
+        notices.append(notice)
     return net
+
+
+def read_net(engine: EngineInfo, path: Path, caffe_pb2: ModuleType) -> tuple[Message, bool]:
+    """The net in the file ``path`` in today's format, and whether it was in an old one (V0/V1
+    ``layers``), which the engine's ``upgrade_net_proto_text`` upgrades as Caffe itself does."""
+    net = prototxt.read(path, caffe_pb2.NetParameter())
+    if not net.layers:
+        return net, False
+    return _upgraded(engine, "upgrade_net_proto_text", path, caffe_pb2.NetParameter()), True
 
 
 def _current(net: Message, engine: EngineInfo, caffe_pb2: ModuleType, where: str, notices: list[str]) -> Message:

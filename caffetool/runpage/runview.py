@@ -89,8 +89,8 @@ class RunView:
         try:
             manifest = runrecord.read(self.run_dir)
         except RunError:
-            raise DamagedRun(f"the run's {NAMES['manifest']} cannot be read; `caffetool train.report "
-                             f"{self.run_dir.name}` on the server says why") from None
+            raise DamagedRun(f"the run's {NAMES['manifest']} cannot be read; `caffetool train.report` with the "
+                             "run's folder, on the server, says why") from None
         out: dict[str, Any] = {key: getattr(manifest, key) for key in MANIFEST_KEYS}
         dataset = manifest.dataset
         out["dataset"] = dataset.get("name") if isinstance(dataset, dict) else dataset

@@ -88,4 +88,5 @@ def find_record(runs_dir: Path, name: str, record: str, what: str, made_by: str,
         if candidate.is_dir():
             raise RunError(f"{candidate} has no {record}, so it is no caffetool {what} (or its record was deleted); "
                            f"{made_by}")
-    raise RunError(f"no {what} {name!r} (looked for {runs_dir / name}/{record}){hint}")
+    looked = [Path(name)] if Path(name).is_absolute() or "/" in name else [runs_dir / name]
+    raise RunError(f"no {what} {name!r} (looked for {' and '.join(f'{c}/{record}' for c in looked)}){hint}")

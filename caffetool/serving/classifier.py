@@ -121,8 +121,10 @@ class Classifier:
         The image is prepared as for :meth:`classify`, its centre crop only.
         """
         if self._net is None:
-            raise NoVisualizations(f"visualizations need the caffe backend; {self.name} runs on {self.backend} "
-                                   "(serve it with --backend caffe)")
+            fix = ("serve its run or its deploy net and weights with --backend caffe" if self.files.weights
+                   and Path(self.files.weights).suffix == ".caffemodel" else
+                   "an ONNX model holds no Caffe net to show; serve the run it was exported from")
+            raise NoVisualizations(f"visualizations need the caffe backend; {self.name} runs on {self.backend} ({fix})")
         shown = _shown_layers(self._net)
         if not shown:
             raise NoVisualizations(f"{self.name} has no layer with a 4-D output (N, C, H, W) to show")

@@ -3,7 +3,9 @@
 
 Everything the demo needs travels in the model (:mod:`caffetool.export.preprocessing`): how images are
 fed to it and its class names (else ``labels.txt`` beside it, else classes go by index). A model made
-``--with-preprocessing`` takes raw images, not what the demo prepares: it is refused, by name.
+``--with-preprocessing`` takes raw images, not what the demo prepares: it is refused, by name. A model
+exported with a fixed ``--batch N`` is run N images a pass, a short pass filled up as the export's
+verification fills it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def load(path: Path, name: str) -> Classifier:
     started = time.perf_counter()
     model = runtime.read_model(path)
     props = {p.key: p.value for p in model.metadata_props}
+    if props.get(preprocessing.IN_GRAPH, "false") not in ("true", "false"):
+        raise ExportError(f"{path}: its {preprocessing.IN_GRAPH!r} metadata is {props[preprocessing.IN_GRAPH]!r}, "
+                          "where caffetool writes \"true\" or \"false\"; export the model again")
     if props.get(preprocessing.IN_GRAPH) == "true":
         raise ExportError(f"{path} was exported --with-preprocessing: it takes raw images, and the demo feeds "
                           "prepared ones; export it again without --with-preprocessing to serve it")
@@ -41,8 +46,19 @@ def load(path: Path, name: str) -> Classifier:
     session = runtime.session_of(model)
     data, output = inputs[0].name, model.graph.output[0].name
 
+    fixed = dims[0] or None  # an export made with --batch N takes exactly N images a pass
+
     def forward(blob: np.ndarray) -> np.ndarray:
-        return session.run([output], {data: np.ascontiguousarray(blob, np.float32)})[0].reshape(len(blob), -1)
+        if fixed is None:
+            return session.run([output], {data: np.ascontiguousarray(blob, np.float32)})[0].reshape(len(blob), -1)
+        return np.concatenate([run_padded(blob[start:start + fixed]) for start in range(0, len(blob), fixed)])
+
+    def run_padded(part: np.ndarray) -> np.ndarray:
+        """A pass of ``fixed`` images: a short one filled up with copies of its first image, as the
+        export's verification fills it; only the given images' rows are kept."""
+        n = len(part)
+        full = np.concatenate([part, np.repeat(part[:1], fixed - n, 0)]) if n < fixed else part
+        return session.run([output], {data: np.ascontiguousarray(full, np.float32)})[0][:n].reshape(n, -1)
 
     probs = forward(np.zeros((1, *dims[1:]), np.float32))[0]
     labels = labels or [str(i) for i in range(probs.size)]
@@ -59,9 +75,13 @@ def _labels(props: dict[str, str], path: Path) -> list[str] | None:
 
     if preprocessing.LABELS in props:
         try:
-            return [str(label) for label in json.loads(props[preprocessing.LABELS])]
-        except (ValueError, TypeError) as e:
+            labels = json.loads(props[preprocessing.LABELS])
+        except ValueError as e:
             raise ExportError(f"{path}: its {preprocessing.LABELS!r} metadata cannot be read ({e})") from None
+        if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+            raise ExportError(f"{path}: its {preprocessing.LABELS!r} metadata is not a JSON list of class names "
+                              f"(it is {type(labels).__name__}); export the model again")
+        return labels
     beside = _labels_file(path)
     return labelfile.read(beside) if beside else None
 

@@ -54,7 +54,7 @@ def scan(root: Path) -> list[Entry]:
 
 
 def _is_version(name: str) -> bool:
-    return name.isdigit() and int(name) > 0 and name == str(int(name))
+    return name.isascii() and name.isdigit() and int(name) > 0 and name == str(int(name))
 
 
 def _kind(folder: Path) -> str:

@@ -9,6 +9,7 @@ from invoke import Collection
 
 from caffetool.choices import choose, count, input_file
 from caffetool.engine import locate
+from caffetool.errors import RunError
 from caffetool.evaluation import forward
 from caffetool.inference import records
 from caffetool.runs import runrecord
@@ -40,6 +41,8 @@ def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: 
     result = evaluator.evaluate(engine, run_dir, chosen, split, k, backend, size, caffe_test, device=device)
     for line in result.lines():
         print(line)
+    if (why := result.disagreement()) is not None:
+        raise RunError(why)
 
 
 ns = Collection("evaluate", run)

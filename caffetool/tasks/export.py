@@ -6,7 +6,7 @@ from pathlib import Path
 
 from invoke import Collection, Context
 
-from caffetool.choices import Limit, bounded, count, input_file, output_file
+from caffetool.choices import Limit, bounded, input_file, output_file
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
 from caffetool.runs import runrecord
@@ -15,6 +15,10 @@ from caffetool.tasks._common import pick, task
 from caffetool.tasks.demo import MODEL_HELP, ColourFlags, model_files
 
 TOLERANCE = Limit("a relative tolerance", 0, 1, low_open=True)
+# Bounds checked before any work: every image is run through Caffe and onnxruntime, and a fixed
+# batch pads each pass to its size (a test set holds 10,000 images; Caffe's own deploy nets 1 to 10).
+IMAGES = Limit("a number of images", 1, 1_000_000, kind=int)
+BATCH = Limit("a batch size", 1, 4096, kind=int)
 HELP = {
     "run": "run name or directory: writes RUN/export/model.onnx and export.json",
     "deploy": "deploy.prototxt (instead of a run)", "weights": ".caffemodel (with --deploy, or a snapshot of RUN)",
@@ -51,7 +55,7 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
     request = exporter.ExportRequest(files, target, int(bounded(opset, "--opset", Limit("an opset", 1, 10_000,
                                                                                             kind=int))),
                                      _batch(batch), float(bounded(tolerance, "--tolerance", TOLERANCE)),
-                                     count(images, "--images"), with_preprocessing)
+                                     _images(images), with_preprocessing)
     result = exporter.export(locate(c.engine.prefix, probe=False), request)
     print(f"wrote {result.model} and {result.record} (verified in {result.seconds['verify']:.1f} s)")
 
@@ -71,7 +75,7 @@ def check(c: Context, model: str, run: str | None = None, deploy: str | None = N
     files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
                    runs_dir)
     exporter.check(locate(c.engine.prefix, probe=False), path, files,
-                   float(bounded(tolerance, "--tolerance", TOLERANCE)), count(images, "--images"))
+                   float(bounded(tolerance, "--tolerance", TOLERANCE)), _images(images))
     print(f"{path} agrees with Caffe")
 
 
@@ -91,7 +95,11 @@ def _files(c: Context, run: str | None, deploy: str | None, weights: str | None,
 def _batch(text: str) -> int | None:
     if str(text).strip().lower() == "dynamic":
         return None
-    return count(text, "--batch")
+    return int(bounded(text, "--batch", BATCH))
+
+
+def _images(text: str | None) -> int | None:
+    return None if text is None else int(bounded(text, "--images", IMAGES))
 
 
 ns = Collection("export", export, check)

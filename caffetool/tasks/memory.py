@@ -10,7 +10,7 @@ from invoke import Collection, Context
 from caffetool.choices import bounded, count, number, output_file
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
-from caffetool.memory import estimator, gpus, netsource, table
+from caffetool.memory import estimator, gpus, netsource, sources, table
 from caffetool.tasks import settings
 from caffetool.tasks._common import task
 
@@ -65,7 +65,8 @@ def estimate(c: Context, model: str | None = None, net: str | None = None, batch
     _, source, options = _load(c, model, net, input_shape, batch_size, type, phase, mode, dtype, iter_size,
                                cudnn, not no_test_net, solver, threads)
     e = estimator.estimate(source.net, options, source.text, source.origin)
-    fixed, per = estimator.per_sample(source.net, options, source.text)
+    batch = e.rows[0].top[0] if e.rows and e.rows[0].top else (options.batch or 1)
+    fixed, per = estimator.per_sample(source.net, options, source.text, around=batch)
     if json_:
         print(json.dumps(table.estimate_json(source.name, e, fixed, per), indent=1, default=list))
         return
@@ -116,6 +117,8 @@ def measure(c: Context, model: str | None = None, net: str | None = None, batch_
         got = measuring.measure_project(engine, caffe, source.project, options.solver, options.mode, gpu_id,
                                         options.threads)
     else:
+        if options.batch:  # the engine measures the batch the estimate is for, not the file's own
+            sources.set_batch(source.net, options.batch)
         got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
                                 labels or source.num_classes or 10, options.mode, gpu_id, options.threads)
     print("\n".join(table.measure_lines(source.name, e, got)))
