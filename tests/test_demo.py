@@ -9,8 +9,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import cv2
 import httpx
@@ -20,7 +22,7 @@ import pytest
 from caffetool.data.registry import FASHION_MNIST
 from caffetool.errors import NetError
 from caffetool.inference import modelfiles
-from caffetool.serving import classifier
+from caffetool.serving import classifier, telemetry
 
 from .conftest import PROJECT
 from .processes import stop
@@ -377,5 +379,30 @@ def test_sigkill_of_a_server_with_workers_takes_the_workers_along(trained_run):
         assert alive == [], [p.cmdline() for p in alive]
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        orphans = list(Path(tempfile.gettempdir()).glob(f"{telemetry.FOLDER_PREFIX}{child.pid}-*"))
+        assert len(orphans) == 1  # the workers' metrics, which a server killed outright cannot remove
+        again = start_server(["--run", str(trained_run), "--workers", "2"], port)
+        stop(again)
+        assert not orphans[0].exists()  # the next server with workers removed it
+    finally:
+        stop(child)
+
+
+def test_metrics_of_a_server_with_workers_add_up_every_worker(trained_run, test_images):
+    """With ``--workers 2`` a scrape is answered by either worker; each scrape still counts every
+    request the server answered (prometheus-client's multiprocess mode), so no counter goes back."""
+    port = free_port()
+    child = start_server(["--run", str(trained_run), "--workers", "2"], port)
+    try:
+        assert child.poll() is None, child.stderr.read()
+        image = test_images[0][0]
+        for _ in range(6):  # a new connection each: either worker may answer
+            assert httpx.post(f"http://127.0.0.1:{port}/api/classify", content=image).status_code == 200
+        for _ in range(6):
+            scraped = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            answered = [float(line.split()[-1]) for line in scraped.splitlines()
+                        if line.startswith("nv_inference_request_success_total{")]
+            assert answered == [6.0], scraped
+            assert 'caffetool_http_requests_total{route="/api/classify",status="200"} 6.0' in scraped
     finally:
         stop(child)

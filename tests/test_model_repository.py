@@ -4,6 +4,7 @@ its own weights, the page lists and switches them, and bad repositories are refu
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import cv2
 import httpx
 import numpy as np
+import onnx
 import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
@@ -203,3 +205,39 @@ def test_an_export_of_a_fixed_batch_is_served_a_full_batch_a_pass(engine, caffe,
         assert httpx.post(f"http://127.0.0.1:{port}/api/classify", content=image).status_code == 200
     finally:
         stop(child)
+
+
+BAD_METADATA = {  # version: (what an edit of the export's preprocessing metadata says, the refusal)
+    "1": ({"image_dims": [60000, 60000]}, "image_dims (60000, 60000)"),
+    "2": ({"channel_swap": [0, 5, 9]}, "channel_swap (0, 5, 9)"),
+    "3": ({"mean": [1, 2, 3, 4, 5]}, "a mean of shape (5,)"),
+}
+
+
+def test_a_model_whose_metadata_no_export_writes_is_left_out_and_the_others_served(engine, trained_run, tmp_path):
+    """Metadata is a file anyone can edit: a model that would fail every request is refused at load by
+    name, and the repository's other models are served."""
+    run = tmp_path / trained_run.name
+    shutil.copytree(trained_run, run, symlinks=True)
+    made = exporter.export(engine, exporter.ExportRequest(modelfiles.from_run(run), tmp_path / "out" / "m.onnx",
+                                                          images=8), say=lambda _: None)
+    (tmp_path / "repo" / "good").mkdir(parents=True)
+    (tmp_path / "repo" / "good" / "1").symlink_to(trained_run)
+    for version, (change, _) in BAD_METADATA.items():
+        model = onnx.load(str(made.model))
+        prop = next(p for p in model.metadata_props if p.key == "caffetool.preprocessing")
+        prop.value = json.dumps({**json.loads(prop.value), **change})
+        (tmp_path / "repo" / "bad" / version).mkdir(parents=True)
+        onnx.save(model, str(tmp_path / "repo" / "bad" / version / "model.onnx"))
+    port = free_port()
+    child = start_server(["--model-repository", str(tmp_path / "repo")], port)
+    try:
+        assert child.poll() is None, child.stderr.read()
+        index = triton.InferenceServerClient(f"127.0.0.1:{port}").get_model_repository_index()
+        assert [(m["name"], m["version"]) for m in index] == [("good", "1")]
+    finally:
+        stop(child)
+    said = child.stderr.read()
+    for version, (_, words) in BAD_METADATA.items():
+        assert f"Warning: model bad version {version}: " in said and words in said, said
+    assert "Traceback" not in said

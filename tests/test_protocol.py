@@ -21,6 +21,7 @@ import uvicorn
 
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
+from caffetool.inference import preprocess
 from caffetool.serving.catalog import ServedModel
 
 
@@ -32,6 +33,7 @@ def stand_in_classifier() -> SimpleNamespace:
     """What the server needs of a classifier, without a net: the connection handling is under test."""
     return SimpleNamespace(name="stand-in", describe=lambda: {"name": "stand-in"}, backend="none",
                            blobs=("data", "prob"), labels=["one"], files=None, load_seconds=None,
+                           max_pixels=preprocess.MAX_PIXELS,
                            prepare=lambda data: SimpleNamespace(blob=np.zeros((1, 1)), size=len(data)),
                            rows=lambda blob: np.ones((len(blob), 1), np.float32),
                            answer=lambda prepared, probs, top, want_input, ms: {"top": [], "bytes": prepared.size})

@@ -173,6 +173,10 @@ def test_bad_params_are_refused_before_ray_starts(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr == ("Error: the trial with base_lr=0.01, momentum=0.0 would be refused: --type Adam needs --momentum above 0 "
                            "(Caffe's example uses 0.9)\n")
+    typo = cli("sweep", "--param", "base_lr=0.01,0.02", "--metric", "test/acuracy", "--runs-dir", str(tmp_path / "runs"),
+               cwd=tmp_path)
+    assert (typo.returncode, typo.stderr) == (1, "Error: --metric test/acuracy: test net #0 outputs accuracy, loss, not "
+                                                 "'acuracy'\n")
     assert not (tmp_path / "runs").exists()
 
 
@@ -284,11 +288,22 @@ BEFORE_RAY = [
      "--head` (and `ray start --address HEAD:6379` on the other machines)"),
     (SOLVER, FIXED_BATCH_NET, ["--cpus-per-trial", "0"], "--cpus-per-trial must be a number of CPUs above 0 and at "
                                                          "most 1024, got 0.0"),
+    (SOLVER, FIXED_BATCH_NET, ["--metric", "test/accuracyy"],
+     "--metric test/accuracyy: test net #0 outputs loss, accuracy, not 'accuracyy'"),
+    (SOLVER, FIXED_BATCH_NET, ["--metric", "train/accuracy"], "--metric train/accuracy: the train net outputs loss, "
+                                                              "not 'accuracy'"),
+    (SOLVER, FIXED_BATCH_NET, ["--metric", "test1/accuracy"],
+     "--metric test1/accuracy: the trials have one test net: test/OUTPUT (or test0/OUTPUT)"),
+    (SOLVER, FIXED_BATCH_NET, ["--tracking-uri", "sqlite:///{tmp}/missing/mlflow.db"],
+     "--tracking-uri sqlite:///{tmp}/missing/mlflow.db: the folder {tmp}/missing does not exist; make it, or name a "
+     "database in a folder that does"),
 ]
 
 
 @pytest.mark.parametrize("solver,net,flags,message", BEFORE_RAY, ids=["unknown field", "missing database",
-                                                                      "missing module", "cpus", "address", "no cpus"])
+                                                                      "missing module", "cpus", "address", "no cpus",
+                                                                      "metric typo", "train metric", "test net",
+                                                                      "store"])
 def test_what_every_trial_would_fail_on_is_refused_before_ray_starts(solver, net, flags, message, tmp_path: Path,
                                                                      fashion_data) -> None:
     import socket

@@ -336,3 +336,32 @@ def test_mlflow_shows_the_sweep_with_its_trials_nested_in_a_browser(mlflow_serve
     assert shown["hp"]["test0/accuracy"] == shown[best]["test0/accuracy"]
     page.screenshot(path=str(shot))
     keep(shot)
+
+
+def test_a_figure_of_the_untrained_net_names_no_best_trial(sweep: Path, tmp_path: Path) -> None:
+    """A sweep stopped before any trial's first test past iteration 0 (its test_interval past where it
+    got): the only figures are the untrained nets', at iteration 0, and rank no trial."""
+    copy = tmp_path / "hp"
+    shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("snapshots", "tune"))
+    for record in copy.glob("*/metrics.json"):
+        data = json.loads(record.read_text())
+        data["test"] = {net: [row for row in rows if int(row["NumIters"]) == 0] for net, rows in data["test"].items()}
+        assert all(data["test"].values())  # Caffe tested the untrained net (test_initialization)
+        record.write_text(json.dumps(data))
+    plan, rows = leaderboard.collect(copy)
+    assert [r["metric"] for r in rows] == [None] * TRIALS
+    assert leaderboard.text(rows, plan["metric"]).splitlines()[TRIALS + 1].startswith(
+        "best: none (no trial measured the metric after training")
+
+
+def test_importing_a_sweeps_folder_imports_each_trials_run(sweep: Path, tmp_path: Path) -> None:
+    """What a sweep says to do when its store fails (``track.import SWEEP``): each trial's run is
+    logged, none of the sweep's own files taken for a run."""
+    copy = tmp_path / "hp"
+    shutil.copytree(sweep, copy, ignore=shutil.ignore_patterns("snapshots", "tune"))
+    store = f"sqlite:///{tmp_path / 'other.db'}"
+    done = subprocess.run([str(CAFFETOOL), "track.import", str(copy), "--tracking-uri", store], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    imported = [line.split(":")[0] for line in done.stdout.splitlines() if line.startswith("imported ")]
+    assert imported == [f"imported {r['trial']}" for r in sorted(results(sweep), key=lambda r: r["trial"])]

@@ -138,6 +138,49 @@ def test_bad_counts_are_refused_before_ray_starts(tmp_path: Path, ray_folder) ->
     assert not (Path(ray_folder["RAY_TMPDIR"]) / "ray").exists()
 
 
+def test_a_stale_address_file_is_named_at_once(tmp_path: Path, ray_folder) -> None:
+    """Ray's address file naming a port where nothing listens (its Ray killed with -9, or a reboot):
+    ``--address auto`` says so in one line instead of Ray's retries for minutes."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = Path(ray_folder["RAY_TMPDIR"]) / "ray"
+    ray.mkdir()
+    (ray / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+    done = cli("sweep", "--address", "auto", "--param", "base_lr=0.01,0.02", "--runs-dir", str(tmp_path / "runs"),
+               cwd=tmp_path, env=ray_folder, timeout=60)
+    assert done.returncode == 1 and done.stderr == (
+        f"Error: --address auto: Ray's address file {ray / 'ray_current_cluster'} names 127.0.0.1:{port}, where no Ray "
+        "answers (one that was killed, or a reboot); start one with `caffetool ray.start` (which replaces the file), "
+        "or leave out --address: the sweep then starts a Ray of its own\n"), done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_ray_stop_ends_the_ray_the_address_file_names_not_a_newer_one(tmp_path: Path, ray_folder) -> None:
+    """A head started by Ray's own ``ray start --head`` (no caffetool record), then another Ray in the
+    same folder (as a sweep's own): ``ray.stop`` ends the head and leaves the newer Ray running."""
+    ray = Path(ray_folder["RAY_TMPDIR"]) / "ray"
+    started = subprocess.run([str(CAFFETOOL.parent / "ray"), "start", "--head", "--num-cpus", "1", "--port", "0",
+                              "--include-dashboard", "false"], env=ray_folder, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr
+    head = (ray / "session_latest").resolve()
+    newer = subprocess.Popen([sys.executable, "-c", "import ray, time; ray.init(address='local', num_cpus=1, "
+                              "include_dashboard=False); print('up', flush=True); time.sleep(300)"],
+                             env=ray_folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert newer.stdout.readline().strip() == "up"
+        second = (ray / "session_latest").resolve()
+        assert second != head and len(_daemons(head)) == 2 and len(_daemons(second)) == 2
+        done = cli("ray.stop", cwd=tmp_path, env=ray_folder)
+        assert done.returncode == 0, done.stderr
+        assert _daemons(head) == [] and len(_daemons(second)) == 2
+    finally:
+        newer.kill()
+        newer.wait()
+
+
 def _rows(sweep_dir: Path) -> list[dict]:
     with open(sweep_dir / "results.csv") as f:
         return list(csv.DictReader(f))

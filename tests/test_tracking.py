@@ -380,3 +380,46 @@ def test_a_target_says_where_and_off_is_none(tmp_path):
     assert track.continued(target, recorded) == (track.TrackingTarget("sqlite:////elsewhere/mlflow.db"), "abc")
     assert track.continued(None, recorded) == (None, None)
     assert track.continued(target, None) == (target, None)
+
+
+def test_a_store_that_keeps_nothing_or_cannot_open_is_refused_at_once(trained_run, tmp_path):
+    """What a file system can tell about a SQLite store is told before MLflow opens it (which would
+    retry for a minute, then blame slowness); an in-memory store, which ends with the process, is no
+    store for a run's record."""
+    runs = tmp_path / "runs"
+    shutil.copytree(trained_run, runs / trained_run.name)
+    (tmp_path / "not-sqlite.db").write_text("plain text\n")
+    for uri, words in (("sqlite:///:memory:", "keeps nothing: an in-memory database ends with the process"),
+                       (uri_of(tmp_path), f"{tmp_path} is a folder; name the database file in it"),
+                       (uri_of(tmp_path / "missing" / "mlflow.db"), f"the folder {tmp_path / 'missing'} does not exist"),
+                       (uri_of(tmp_path / "not-sqlite.db"), "is not a SQLite database")):
+        done = cli("track.import", trained_run.name, "--runs-dir", str(runs), "--tracking-uri", uri, cwd=tmp_path)
+        assert done.returncode == 1 and done.stderr.startswith(f"Error: --tracking-uri {uri}") and words in done.stderr, \
+            done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-sqlite.db", "runs"]
+
+
+def test_a_run_whose_folder_holds_a_space_is_imported_by_its_path(trained_run, tmp_path):
+    runs = tmp_path / "my runs"
+    shutil.copytree(trained_run, runs / "first run")
+    store = uri_of(tmp_path / "mlflow.db")
+    done = cli("track.import", str(runs / "first run"), "--tracking-uri", store, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("imported first run: MLflow run ")
+
+
+def test_artifacts_that_cannot_be_stored_still_end_the_mlflow_run(engine, fashion_data, tmp_path):
+    """The store takes the run's params and metrics, but its artifact folder is a file: the training is
+    as it is, the user is told, and the MLflow run ends with the training's status rather than
+    staying RUNNING for ever."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "mlartifacts").write_text("in the way\n")
+    said: list[str] = []
+    result = train(engine, fashion_data, tmp_path / "runs", "no-artifacts", track.TrackingTarget(uri_of(store / "mlflow.db")),
+                   said, max_iter=20, test_interval=20, display=10)
+    warnings = [line for line in said if line.startswith("warning")]
+    assert len(warnings) == 1 and "is not fully tracked in MLflow" in warnings[0] and "--force" in warnings[0], said
+    run = only_run(MlflowClient(uri_of(store / "mlflow.db")))
+    assert run.info.status == "FINISHED" and run.info.end_time, run.info
+    assert manifest(result.run_dir)["status"] == "finished"

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from caffetool.demo.webapp import create_app
 from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.inference import modelfiles
-from caffetool.serving import classifier, repository
+from caffetool.serving import classifier, repository, telemetry
 from caffetool.serving.batcher import Batching
 from caffetool.serving.catalog import ServedModel
 from caffetool.train.devices import CPU, PycaffeDevice
@@ -47,7 +48,7 @@ def serve(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str
     until Ctrl-C; the address is checked first."""
     check_address(host, port)
     cpu_threads.for_serving()  # before pycaffe loads; workers inherit it
-    models = _models(engine, source, backend, device)  # fails start-up on a bad model
+    models = _models(engine, source, backend, device, say=lambda line: print(line, file=sys.stderr, flush=True))
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     warning = network_warning(host)
     if warning:
@@ -63,14 +64,17 @@ def serve(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str
         "files": None if isinstance(source, Path) else
         {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(source).items()},
     })
-    uvicorn.run("caffetool.demo.launcher:app_from_environment", factory=True, workers=workers,
-                **uvicorn_options(host, port))
+    with telemetry.shared_folder():  # the workers' series, added up at each scrape
+        uvicorn.run("caffetool.demo.launcher:app_from_environment", factory=True, workers=workers,
+                    **uvicorn_options(host, port))
 
 
 def _models(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str, device: PycaffeDevice,
-            validate: bool = True) -> classifier.Classifier | list[ServedModel]:
+            validate: bool = True, say: Callable[[str], None] = lambda _: None) -> classifier.Classifier | list[ServedModel]:
+    """The model, or the repository's models; a bad model fails start-up (a repository's only where
+    none of its models loads: ``say`` names each one left out)."""
     if isinstance(source, Path):
-        return repository.load(engine, source, backend, device, validate)
+        return repository.load(engine, source, backend, device, validate, say)
     return classifier.load(engine, source, backend, validate=validate, device=device)
 
 

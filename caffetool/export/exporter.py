@@ -112,23 +112,29 @@ def _check_target(request: ExportRequest) -> None:
     for given in (request.files.deploy, request.files.weights):
         if Path(given).resolve() == out.resolve():
             raise ConfigError(f"--out {out} is the input {given}; choose another file (nothing was changed)")
+    own = request.files.run is not None and out.parent == RunFolder(request.files.run).export
+    # a run's own export (evaluate, the demo's onnxruntime backend make it too): no --out to choose there
+    elsewhere = (f"move it out of {out.parent}, where the run's export is written" if own else
+                 "choose another --out")
     folder = next(f for f in (out.parent, *out.parent.parents) if f.exists())
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write {out}: {folder} is not a folder this user may write in; choose another "
-                          "--out (nothing was changed)")
+        raise ConfigError(f"cannot write {out}: {folder} is not a folder this user may write in; "
+                          f"{'make it writable' if own else 'choose another --out'} (nothing was changed)")
     record = out.parent / RECORD
     if not record.exists():
         if out.exists():
             raise ConfigError(f"{out} exists and caffetool did not make it (no {RECORD} beside it names it); "
-                              "choose another --out (nothing was changed)")
+                              f"{elsewhere} (nothing was changed)")
         return
     made = _written(record)
     if made.get("model") != out.name:
         raise ConfigError(f"{record} is not the record of an export of {out.name} (it names {made.get('model')!r}); "
-                          "write the export to another folder (nothing was changed)")
+                          f"{'move it out of ' + str(out.parent) if own else 'write the export to another folder'} "
+                          "(nothing was changed)")
     if out.exists() and sha256_file(out) not in _shas(made):
         raise ConfigError(f"{out} is not the model caffetool wrote ({record} records another sha256): it was "
-                          "changed or replaced since; move it away or choose another --out (nothing was changed)")
+                          f"changed or replaced since; {'move it away' if own else 'move it away or choose another --out'}"
+                          " (nothing was changed)")
 
 
 def _written(record: Path) -> dict[str, Any]:

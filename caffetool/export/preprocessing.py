@@ -25,11 +25,14 @@ from typing import Any
 import numpy as np
 import onnx
 
+from caffetool.data import imageheader
 from caffetool.errors import ExportError
 from caffetool.export.onnxgraph import OnnxGraph, tensor
 
 IMAGE_INPUT = "image"
-MAX_SCALE, MAX_SIDE = 1e6, 100_000  # bounds on what metadata may say (Caffe's own nets use scales of 1/255 to 255)
+# Bounds on what metadata may say: Caffe's own nets use scales of 1/255 to 255; an image is resized to
+# image_dims, so they are held to the demo's limit on an image's pixels (caffetool.data.imageheader).
+MAX_SCALE, MAX_PIXELS = 1e6, imageheader.MAX_PIXELS
 PREPROCESSING, MEAN_IMAGE, LABELS, IN_GRAPH = ("caffetool.preprocessing", "caffetool.mean_image", "caffetool.labels",
                                                "caffetool.preprocessing_in_graph")
 
@@ -93,9 +96,11 @@ class Preprocessing:
              f"{self.width})"),
             (self.channel_swap is None or sorted(self.channel_swap) == list(range(c)),
              f"channel_swap {self.channel_swap} (an order of the {c} channels)"),
-            (self.image_dims is None or (len(self.image_dims) == 2 and all(isinstance(d, int) and 0 < d <= MAX_SIDE
-                                                                         for d in self.image_dims)),
-             f"image_dims {self.image_dims} (two sides from 1 to {MAX_SIDE:,})"),
+            (self.image_dims is None or (len(self.image_dims) == 2 and all(isinstance(d, int) and d > 0
+                                                                         for d in self.image_dims)
+                                         and self.image_dims[0] * self.image_dims[1] <= MAX_PIXELS),
+             f"image_dims {self.image_dims} (two sides above 0, at most {MAX_PIXELS:,} pixels: each upload is "
+             "resized to them)"),
             (isinstance(self.white_on_black, bool), f"white_on_black {self.white_on_black!r} (true or false)"),
         )
         return next((why for ok, why in checks if not ok), None)

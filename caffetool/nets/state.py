@@ -27,3 +27,18 @@ def _meets(rule: Any, phase: int, level: int, stages: frozenset[str]) -> bool:
             and (not rule.HasField("max_level") or level <= rule.max_level)
             and all(stage in stages for stage in rule.stage)
             and not any(stage in stages for stage in rule.not_stage))
+
+
+def outputs(net: Any, phase: int) -> list[str]:
+    """The blobs Caffe's ``Net::Init`` makes the outputs of ``net`` in ``phase`` (at the net's own
+    level and stages): the inputs and tops that no later layer of that net reads, in order. These are
+    what a log's "Train net output" and "Test net output" lines name."""
+    stages = frozenset(net.state.stage)
+    available = dict.fromkeys(net.input)
+    for layer in net.layer:
+        if not included(layer, phase, net.state.level, stages):
+            continue
+        for blob in layer.bottom:
+            available.pop(blob, None)
+        available.update(dict.fromkeys(layer.top))
+    return list(available)

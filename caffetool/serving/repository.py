@@ -14,6 +14,7 @@ version is served; a request that names no version gets the highest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,11 +69,13 @@ def _kind(folder: Path) -> str:
 
 
 def load(engine: EngineInfo, root: Path, backend: str = "caffe", device: PycaffeDevice = CPU,
-         validate: bool = True) -> list[ServedModel]:
-    """Every model version of the repository at ``root``, loaded and proven (runs on ``backend``)."""
+         validate: bool = True, say: Callable[[str], None] = lambda _: None) -> list[ServedModel]:
+    """Every model version of the repository at ``root`` that loads and is proven (runs on
+    ``backend``). One that does not is named in a warning (``say``) and left out, the others are
+    served, as Triton serves a repository; where none loads, the first refusal is raised."""
     from caffetool.serving import onnxmodel  # noqa: PLC0415 - onnx only for a repository
 
-    loaded = []
+    loaded, refused = [], []
     for entry in scan(root):
         try:
             if entry.kind == "onnx":
@@ -82,6 +85,11 @@ def load(engine: EngineInfo, root: Path, backend: str = "caffe", device: Pycaffe
                 model = classifier.load(engine, files, backend, validate, device)
                 model.name = entry.name
         except CaffetoolError as e:
-            raise type(e)(f"model {entry.name} version {entry.version}: {e}") from None
+            refused.append(type(e)(f"model {entry.name} version {entry.version}: {e}"))
+            continue
         loaded.append(ServedModel(entry.name, entry.version, model))
+    if not loaded:
+        raise refused[0]
+    for error in refused:
+        say(f"Warning: {error} (not served; the repository's other models are)")
     return loaded

@@ -222,9 +222,18 @@ def connected(address: str | None, say: Callable[[str], None]) -> Iterator[Local
 
 def _reachable(address: str) -> None:
     """Refuse at once a ``HOST:PORT`` nothing answers on (Ray itself would retry for a minute,
-    printing each retry); ``auto`` and ``ray://`` addresses are left to Ray."""
+    printing each retry), and ``auto`` where Ray's address file names one; ``ray://`` addresses are
+    left to Ray."""
+    if address == "auto":
+        from caffetool.sweep import resident  # noqa: PLC0415 - Ray's helpers only when attaching
+
+        if (found := resident.stale()) is not None:
+            raise RunError(f"--address auto: Ray's address file {found[0]} names {found[1]}, where no Ray answers "
+                           "(one that was killed, or a reboot); start one with `caffetool ray.start` (which "
+                           "replaces the file), or leave out --address: the sweep then starts a Ray of its own")
+        return
     host, _, port = address.rpartition(":")
-    if address == "auto" or "://" in address or not host or not port.isdigit():
+    if "://" in address or not host or not port.isdigit():
         return
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT):

@@ -70,10 +70,12 @@ def check(plan: sweeprecord.Plan, engine: EngineInfo) -> searchspace.Space:
                           f"{engine.prefix} was built CPU-only; use --cpus-per-trial")
     if plan.solver is not None and not Path(plan.solver).is_file():
         raise ConfigError(f"--solver {plan.solver} does not exist")
+    if (plan.tracking_uri or "").strip() and plan.tracking_uri.strip().lower() != track.target.OFF:
+        track.target.check_sqlite(plan.tracking_uri.strip())  # before Ray starts and the sweep's folder is made
     if plan.address is None:
         _fits_here(plan)
-    if plan.solver is not None:
-        _check_project(plan, engine)
+    project_nets = _check_project(plan, engine) if plan.solver is not None else None
+    _check_metric(plan, engine, project_nets)
     space = searchspace.build(plan.params, plan.fixed)
     plan.search, plan.seed = search.settle(plan.search, plan.seed, plan.samples, space)
     if plan.samples > 1 and plan.search == "random" and not space.sampled:
@@ -107,16 +109,45 @@ def _fits_here(plan: sweeprecord.Plan) -> None:
                           f"trial runs on one machine: give {cpus} or fewer (or --address a cluster with larger nodes)")
 
 
-def _check_project(plan: sweeprecord.Plan, engine: EngineInfo) -> None:
+def _check_project(plan: sweeprecord.Plan, engine: EngineInfo) -> tuple[Any, list[Any]]:
     """The user's solver as every trial will load it, before Ray starts: its fields, its nets, the
     databases they read and their Python layers' modules (a sweep whose every trial would fail on
-    the same file is refused once, naming it)."""
+    the same file is refused once, naming it). Its train net and test nets are returned."""
     from caffetool.nets import check, project  # noqa: PLC0415
 
     caffe_pb2 = import_caffe(engine).proto.caffe_pb2
     loaded = project.load(plan.solver, engine, caffe_pb2, cwd=Path(plan.cwd))
     if project.has_python_layers(loaded):
         check.python_layers(engine, Path(plan.cwd), str(plan.solver))
+    return loaded.train_net, loaded.test_nets
+
+
+def _check_metric(plan: sweeprecord.Plan, engine: EngineInfo, project_nets: tuple[Any, list[Any]] | None) -> None:
+    """A ``--metric`` the trials' nets do not output is refused before Ray starts: otherwise every
+    trial trains to its end and then fails on it. ``project_nets``: a ``--solver``'s train and test
+    nets; else the model's train/test net, as trials build it."""
+    from caffetool.nets import builders, declaration, state  # noqa: PLC0415
+
+    metric = searchspace.parse_metric(plan.metric)
+    caffe = import_caffe(engine)
+    if project_nets is None:
+        model = declaration.get(plan.model, plan.models_dir)
+        net = builders.train_val(caffe, model, builders.shape_of(model), builders.DataSource("train", "test"),
+                                 *model.batch)
+        project_nets = (net, [net])
+    train, tests = project_nets
+    pb = caffe.proto.caffe_pb2
+    if metric.net < 0:
+        where, outputs = "the train net", state.outputs(train, pb.TRAIN)
+    elif metric.net >= len(tests):
+        named = ("no test net; use train/OUTPUT" if not tests else "one test net: test/OUTPUT (or test0/OUTPUT)"
+                 if len(tests) == 1 else f"{len(tests)} test nets: test0/OUTPUT to test{len(tests) - 1}/OUTPUT")
+        raise ConfigError(f"--metric {plan.metric}: the trials have {named}")
+    else:
+        where, outputs = f"test net #{metric.net}", state.outputs(tests[metric.net], pb.TEST)
+    if metric.output not in outputs:
+        raise ConfigError(f"--metric {plan.metric}: {where} outputs {', '.join(outputs) or 'nothing'}, not "
+                          f"{metric.output!r}")
 
 
 def _max_iter(plan: sweeprecord.Plan, engine: EngineInfo, params: dict[str, Any]) -> int:

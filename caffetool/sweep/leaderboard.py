@@ -69,8 +69,9 @@ def _row(name: str, run_dir: Path | None, tuned: dict[str, Any], metric: searchs
     curve = [(int(r["NumIters"]), float(r[metric.output])) for r in _rows(run_dir, metric)
              if r.get(metric.output) is not None]
     row["curve"] = curve
-    if curve:
-        row["metric_iteration"], row["metric"] = curve[-1]
+    trained = [(iteration, value) for iteration, value in curve if iteration > 0]
+    if trained:  # a figure at iteration 0 is the untrained net's (test_initialization): no result to rank
+        row["metric_iteration"], row["metric"] = trained[-1]
         if not math.isfinite(row["metric"]):
             row["metric"] = None
     return row
@@ -118,7 +119,8 @@ def text(rows: list[dict[str, Any]], metric: str) -> str:
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     best = next((r for r in rows if r["metric"] is not None), None)
     if best is None:
-        lines.append("best: none (no trial measured the metric)")
+        lines.append("best: none (no trial measured the metric after training: a figure at iteration 0 is the "
+                     "untrained net's)")
     else:
         shown = ", ".join(f"{k}={_show(v)}" for k, v in best["params"].items())
         lines.append(f"best: {best['trial']} ({metric} {best['metric']:.4f} at iteration {best['metric_iteration']}; "

@@ -48,26 +48,73 @@ class Head:
 
 def found() -> Head | None:
     """The Ray ``--address auto`` would attach to, if its GCS answers."""
+    temp, named = _named()
+    if named is None or not _named_answers(named):
+        return None
+    return Head(named, temp / _recorded_session(temp, named))
+
+
+def stale() -> tuple[Path, str] | None:
+    """Ray's address file and what it names, where nothing answers there (a Ray killed with -9, a
+    reboot): ``ray.init(address="auto")`` would retry it for minutes."""
+    from ray._common.utils import get_ray_address_file  # noqa: PLC0415
+
+    temp, named = _named()
+    if named is None or _named_answers(named):
+        return None
+    return Path(get_ray_address_file(str(temp))), named
+
+
+def _named() -> tuple[Path, str | None]:
+    """Ray's temporary folder and the address its address file names (None: no file)."""
     from ray._common.utils import get_default_ray_temp_dir, get_ray_address_file  # noqa: PLC0415
 
     temp = Path(get_default_ray_temp_dir())
     try:
-        address = Path(get_ray_address_file(str(temp))).read_text().strip()
+        return temp, Path(get_ray_address_file(str(temp))).read_text().strip()
     except OSError:
-        return None
+        return temp, None
+
+
+def _named_answers(address: str) -> bool:
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not _answers(host, int(port)):
-        return None
-    return Head(address, temp / _recorded_session(temp, address))
+    return bool(host) and port.isdigit() and _answers(host, int(port))
 
 
 def _recorded_session(temp: Path, address: str) -> str:
-    """The session ``ray.start`` recorded for the head at ``address``; else the newest session."""
+    """The session of the head at ``address``: the one ``ray.start`` recorded, else the one its GCS
+    server names on its command line (a head started by ``ray start --head``). Never merely the
+    newest session: that may be a sweep's own Ray, started later, which ``ray.stop`` must not end."""
     record = _read_record(temp)
     session = record.get("session")
     if record.get("address") == address and isinstance(session, str) and (temp / session).is_dir():
         return session
-    return (temp / "session_latest").resolve().name
+    served = _served_session(address)
+    if served is None:
+        raise RunError(f"the Ray at {address} (named in Ray's address file in {temp}) runs no GCS server of this "
+                       "user on this machine; stop it where it runs, with `ray stop`")
+    return served
+
+
+def _served_session(address: str) -> str | None:
+    """The session named on the command line of the GCS server of this user that listens on
+    ``address``'s port (its ``--gcs_server_port`` may be 0, a port chosen as it started)."""
+    import psutil  # noqa: PLC0415
+
+    port = int(address.rpartition(":")[2])
+    for process in psutil.process_iter(["name", "cmdline", "uids"]):
+        try:
+            if process.info["name"] != "gcs_server" or (process.info["uids"] and process.info["uids"].real != os.getuid()):
+                continue
+            listening = any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                            for c in process.net_connections(kind="tcp"))
+            args = process.info["cmdline"] or []
+        except psutil.Error:
+            continue
+        named = [a.split("=", 1)[1] for a in args if a.startswith("--session-name=")]
+        if listening and named:
+            return named[0]
+    return None
 
 
 def _read_record(temp: Path) -> dict[str, Any]:
@@ -83,7 +130,7 @@ def _record(head: Head) -> None:
     try:
         write_atomic(head.session.parent / RECORD, json.dumps({"address": head.address, "session": head.session.name}))
     except OSError:
-        pass  # found() falls back to the newest session
+        pass  # found() then reads the session from the GCS server's command line
 
 
 def _answers(host: str, port: int) -> bool:

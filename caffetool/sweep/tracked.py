@@ -17,6 +17,7 @@ is named once and the sweep goes on untracked, as a training does.
 
 from __future__ import annotations
 
+import shlex
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -88,8 +89,8 @@ class SweepRun:
                 self._finish(*self.outcome)
         except Exception as e:  # noqa: BLE001 - tracking never fails a sweep: named once, then off
             why = str(e) if isinstance(e, TrackingError) else f"{type(e).__name__}: {e}"
-            self.say(f"tracking: {why}; sweep {self.plan.name} goes on untracked (`caffetool track.import RUN` "
-                     "logs its trials later)")
+            self.say(f"tracking: {why}; sweep {self.plan.name} goes on untracked (`caffetool track.import "
+                     f"{shlex.quote(str(self.sweep_dir))}` logs its trials later)")
 
     def _begin(self, recorded: dict[str, Any]) -> None:
         assert self.target is not None

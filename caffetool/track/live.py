@@ -31,6 +31,7 @@ import contextlib
 import datetime as dt
 import os
 import queue
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from caffetool.runs.logparse import Metrics
 from caffetool.runs.scalars import NewRows, Scalar, all_of
 from caffetool.track import mapping
 from caffetool.track.store import Point, Store, forget, opened, prepare, reason
-from caffetool.track.target import TrackingTarget, shown
+from caffetool.track.target import DEFAULT_EXPERIMENT, TrackingTarget, shown
 
 SEND_EVERY = 5.0
 END_WAIT = 60.0
@@ -74,7 +75,9 @@ def problem_line(target: TrackingTarget, run_dir: Path, why: str, begun: bool = 
     exists, partly logged)."""
     return (f"warning: {run_dir.name} is not {'fully ' if begun else ''}tracked in MLflow ({why}); the run itself is "
             f"recorded as usual. Fix the store (or give --tracking-uri off), then log the run with `caffetool "
-            f"track.import {run_dir} --tracking-uri {shown(target.uri)}{' --force' if begun else ''}`")
+            f"track.import {shlex.quote(str(run_dir))} --tracking-uri {shlex.quote(shown(target.uri))}"
+            f"{' --experiment ' + shlex.quote(target.experiment) if target.experiment != DEFAULT_EXPERIMENT else ''}"
+            f"{' --force' if begun else ''}`")
 
 
 class LiveRun:
@@ -186,6 +189,13 @@ class LiveRun:
         manifest = runrecord.read(self.run_dir)
         now = int(time.time() * 1000)
         pending += [(step, tag, value, now) for step, tag, value in mapping.final_scalars(manifest.final)]
-        store.log(run_id, pending, tags={"status": manifest.status})
-        store.upload(run_id, mapping.artifacts(self.run_dir, self.weights))
+        try:
+            store.log(run_id, pending, tags={"status": manifest.status})
+            store.upload(run_id, mapping.artifacts(self.run_dir, self.weights))
+        except Exception:
+            # The MLflow run still ends, with the training's status: left RUNNING it would show a
+            # training that never ended. What failed is raised on (the warning says how to log it again).
+            with contextlib.suppress(Exception):
+                store.end(run_id, mapping.mlflow_status(manifest.status), now)
+            raise
         store.end(run_id, mapping.mlflow_status(manifest.status), now)

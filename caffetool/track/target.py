@@ -1,12 +1,14 @@
 """Where a run is tracked: an MLflow store, an experiment, and for a sweep's trial the run it belongs to.
 
 The default store is a SQLite database in the runs folder, ``sqlite:///<runs dir>/mlflow.db``, with
-its artifacts beside it in ``<runs dir>/mlartifacts``; ``off`` tracks nothing. This module only names
-things: it imports no MLflow and touches no store.
+its artifacts beside it in ``<runs dir>/mlartifacts``; ``off`` tracks nothing. This module names
+things and imports no MLflow; of a SQLite store it checks what a file system can tell before MLflow
+opens it (MLflow retries an unopenable database for a minute and then blames slowness).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -47,10 +49,53 @@ def resolve(uri: str | None, experiment: str | None, runs_dir: str | Path) -> Tr
     chosen = (uri or "").strip() or default_uri(runs_dir)
     if chosen.lower() == OFF:
         return None
+    if chosen != default_uri(runs_dir):  # the runs folder, and so the default's, is made by the first run
+        check_sqlite(chosen)
     name = (experiment or "").strip() or DEFAULT_EXPERIMENT
     if len(name) > 500:
         raise ConfigError(f"--experiment is {len(name)} characters long; MLflow takes names of up to 500")
     return TrackingTarget(chosen, name)
+
+
+def check_sqlite(uri: str) -> None:
+    """Refuse a SQLite store that keeps nothing (``:memory:``, which ends with the process while the
+    run's manifest names a run in it, and whose artifacts MLflow writes into the current folder) or that
+    cannot be opened: a folder, a file that is no SQLite database, a folder that is missing or cannot
+    be written in."""
+    if urlsplit(uri).scheme != "sqlite":
+        return
+    path = uri.split("://", 1)[1].removeprefix("/").split("?", 1)[0] if "://" in uri else ""
+    if not path or path == ":memory:" or "mode=memory" in uri:
+        raise ConfigError(f"--tracking-uri {uri} keeps nothing: an in-memory database ends with the process, and the "
+                          "run's record would name a run no store holds; name a database file (by default "
+                          f"{STORE_FILE} in the runs folder), or give --tracking-uri off")
+    database = Path(path).absolute()
+    if database.is_dir():
+        raise ConfigError(f"--tracking-uri {uri}: {database} is a folder; name the database file in it, e.g. "
+                          f"sqlite:///{database / STORE_FILE}")
+    if database.exists():
+        _check_database(uri, database)
+        return
+    folder = database.parent
+    if not folder.is_dir():
+        raise ConfigError(f"--tracking-uri {uri}: the folder {folder} does not exist; make it, or name a database in "
+                          "a folder that does")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"--tracking-uri {uri}: cannot make the database {database}, as {folder} is not writable")
+
+
+def _check_database(uri: str, database: Path) -> None:
+    """An existing file must be a SQLite database this user can open for writing."""
+    try:
+        with database.open("rb") as f:
+            head = f.read(16)
+    except OSError as e:
+        raise ConfigError(f"--tracking-uri {uri}: cannot open {database} ({e.strerror})") from None
+    if head and head != b"SQLite format 3\x00":
+        raise ConfigError(f"--tracking-uri {uri}: {database} is not a SQLite database; name another file")
+    if not os.access(database, os.W_OK) or not os.access(database.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--tracking-uri {uri}: {database} cannot be written (SQLite also writes its journal "
+                          f"beside it, in {database.parent})")
 
 
 def artifact_location(uri: str) -> str | None:
