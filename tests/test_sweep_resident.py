@@ -179,6 +179,24 @@ def test_ray_stop_ends_the_ray_the_address_file_names_not_a_newer_one(tmp_path: 
     finally:
         newer.kill()
         newer.wait()
+        _end_session(head)  # should ray.stop have failed: no Ray of this test outlives it
+
+
+def _end_session(session: Path) -> None:
+    """Kill every process whose command line names ``session`` (a Ray's daemons and workers)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if session.name in " ".join(p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            continue
+    for p in found:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(found, timeout=10)
 
 
 def _rows(sweep_dir: Path) -> list[dict]:

@@ -47,6 +47,7 @@ FIX_PATCHES: tuple[str, ...] = (
     "0001-protobuf-3.21-SetTotalBytesLimit.patch",
     "0002-cudnn-8-algorithm-selection.patch",
     "0003-cuda-13-device-query.patch",
+    "0010-pycaffe-io-on-current-libraries.patch",
 )
 TUNING_PATCHES: tuple[str, ...] = (
     "0004-openmp-cpu-layers.patch",

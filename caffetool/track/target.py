@@ -77,6 +77,9 @@ def check_sqlite(uri: str) -> None:
         _check_database(uri, database)
         return
     folder = database.parent
+    blocker = next((f for f in (folder, *folder.parents) if f.exists() and not f.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError(f"--tracking-uri {uri}: {blocker} is a file, not a folder; name a database in a folder")
     if not folder.is_dir():
         raise ConfigError(f"--tracking-uri {uri}: the folder {folder} does not exist; make it, or name a database in "
                           "a folder that does")
