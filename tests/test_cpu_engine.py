@@ -395,3 +395,31 @@ def test_the_engine_gives_up_a_thread_to_a_program_that_keeps_a_core_busy(engine
     # The loop shares its core with the team's second thread until the team shrinks, so it shows as
     # half a core or more: above the patch's slack (kOthersSlack, 0.35) for the daemons and this test.
     assert shrunk and float(shrunk.group(1)) >= 0.4, busy[-800:]
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(cpu_threads.available() < 2, reason="needs two cores: one for a niced loop, one for the training")
+@pytest.mark.parametrize("own_session", [True, False], ids=["in-the-training's-session", "in-another-session"])
+def test_a_niced_program_counts_as_busy_only_outside_the_trainings_scheduling_group(engine, tmp_path, own_session):
+    """A nice-19 loop on the second core beside a one-thread team that leaves it that core, the
+    engine's checks logged (GLOG_v=1). In the training's session the kernel weighs the loop by its
+    nice value against the team, so the engine leaves its time out of the cores taken (patch 0009);
+    in a session of its own (another autogroup) the kernel shares the CPU out by session first, and
+    its time counts."""
+    two = set(sorted(os.sched_getaffinity(0))[:2])
+    loop = subprocess.Popen(["nice", "-n", "19", "bash", "-c", "while :; do :; done"], start_new_session=not own_session,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {max(two)}))
+    try:
+        log = train_smoke(engine, tmp_path, {"OMP_NUM_THREADS": "1", cpu_threads.ADAPT: "1", "GLOG_v": "1"}, two,
+                          net=CONV_NET, iterations=300)
+    finally:
+        loop.kill()
+        loop.wait()
+    checks = [(float(niced), float(ours)) for niced, ours in re.findall(
+        r"Threads check: others busy on [\d.]+ \(niced programs on ([\d.]+), in this process's group on ([\d.]+)", log)]
+    looked = [ours for niced, ours in checks if niced > 0.35][1:]  # the first look has no earlier one to compare
+    assert looked, log[-800:]
+    if own_session:
+        assert max(looked) >= 0.5, checks
+    else:
+        assert max(looked) == 0, checks

@@ -100,15 +100,15 @@ def test_the_child_dies_with_its_parent():
     parent_code = textwrap.dedent("""
         import subprocess, sys, time
         from caffetool.train.runner import dies_with_parent
-        child = subprocess.Popen(["sleep", "60"], start_new_session=True, preexec_fn=dies_with_parent())
+        child = subprocess.Popen(["sleep", "60"], process_group=0, preexec_fn=dies_with_parent())
         print(child.pid, flush=True)
         time.sleep(60)
     """)
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
     try:
-        os.kill(child, 0)  # alive, in a session of its own
-        assert os.getsid(child) == child
+        os.kill(child, 0)  # alive, in a process group of its own, as the runner starts Caffe
+        assert os.getpgid(child) == child
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 5

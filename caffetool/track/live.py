@@ -16,9 +16,9 @@ figures, the status and the artifacts are sent, and the training waits for that 
 :data:`END_WAIT` seconds.
 
 Limits: that first 2.5 s of CPU is taken from Caffe on a machine whose cores Caffe keeps busy. The
-thread runs at the lowest priority of its process, but where the kernel shares the CPU out between
-sessions first (Linux's autogroups, on by default in Debian's kernels) that does not make it give
-way to Caffe, which runs in a session of its own (:mod:`caffetool.train.runner`).
+thread runs at the lowest priority of its process; Caffe runs in the same session
+(:mod:`caffetool.train.runner`), so even where the kernel shares the CPU out by session first
+(Linux's autogroups) the thread gives way to Caffe's.
 
 A failure of the store (unreachable, read-only, locked past the retries, a bad URI) turns tracking
 off for the run: the training goes on and is recorded as usual, and the problem is said once, in
