@@ -28,6 +28,7 @@ from caffetool.tasks import (
     sweep,
     track,
     train,
+    upgrade,
 )
 from caffetool.tasks._common import pick, reported, task
 from caffetool.tasks.settings import TASK_DEFAULTS, TEST_PACKAGES
@@ -127,4 +128,5 @@ ns.add_collection(evaluate.ns)
 ns.add_collection(export.ns)
 ns.add_collection(memory.ns)
 ns.add_collection(docker.ns)
+ns.add_collection(upgrade.ns)
 ns.configure(TASK_DEFAULTS)
