@@ -22,8 +22,9 @@ LAYERS: list[tuple[str, str]] = [  # (the units of a layer, what they hold)
     ("fsio checksum choices proc", "files written atomically, checksums, checked choices, processes"),
     ("figures download apt", "figures, downloads, apt"),
     ("engine", "the engine: recipe, patches, build, install, bundles, CUDA architectures and libraries"),
-    ("data dockerimg upgrade", "data sets (registry, fetch, IDX and image conversion, databases, the Datum codec); "
-     "the Docker images as argument lists; old Caffe projects upgraded (Python 2 to 3, Caffe's upgrade tools)"),
+    ("data dockerimg upgrade notebooks", "data sets (registry, fetch, IDX and image conversion, databases, the Datum codec); "
+     "the Docker images as argument lists; old Caffe projects upgraded (Python 2 to 3, Caffe's upgrade tools); "
+     "Jupyter notebooks on the engine's pycaffe"),
     ("runs", "what a run leaves on disk, through one door: its folder (`folder`), manifest (`runrecord`), "
      "owner, snapshots, log parser, metrics files, final figures, runs compared"),
     ("nets", "model declarations, net and solver builders, a user's Caffe project, test nets, Caffe's "

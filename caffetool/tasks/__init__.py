@@ -23,6 +23,7 @@ from caffetool.tasks import (
     export,
     memory,
     model,
+    notebook,
     rayhead,
     settings,
     sweep,
@@ -129,4 +130,5 @@ ns.add_collection(export.ns)
 ns.add_collection(memory.ns)
 ns.add_collection(docker.ns)
 ns.add_collection(upgrade.ns)
+ns.add_collection(notebook.ns)
 ns.configure(TASK_DEFAULTS)

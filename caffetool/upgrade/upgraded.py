@@ -1,12 +1,12 @@
 """``caffetool upgrade``: an old Caffe project as a copy that runs today, and a report of what changed.
 
 The copy is written beside the original (``examples`` -> ``examples-upgraded``, ``classify.py`` ->
-``classify-upgraded.py``), never over it: it is built in a hidden folder beside the target and
-renamed into place only when complete, so a failure leaves nothing half-written and the user's
-files are only ever read. Each file is handled by its kind:
+``classify-upgraded.py``), never over it: it is built in a staging folder beside the target and
+renamed into place only when complete (:mod:`caffetool.fsio`), so a failure leaves nothing
+half-written and the user's files are only ever read. Each file is handled by its kind:
 
 * ``.py``: Python 2 to 3 (:mod:`caffetool.upgrade.python2`);
-* ``.ipynb``: the same for each code cell (:mod:`caffetool.upgrade.notebook`);
+* ``.ipynb``: the same for each code cell (:mod:`caffetool.upgrade.ipynb`);
 * ``.prototxt`` and ``.caffemodel``: Caffe's own upgrade tools (:mod:`caffetool.upgrade.protos`);
 * anything else: copied as it is.
 
@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from caffetool import fsio
 from caffetool.engine.locate import EngineInfo
 from caffetool.errors import CaffetoolError, ConfigError
-from caffetool.upgrade import notebook, protos, python2
+from caffetool.upgrade import ipynb, protos, python2
 
 REPORT = "UPGRADE-REPORT.txt"
 SUFFIX = "-upgraded"
@@ -125,19 +126,20 @@ def upgrade(source: Path, target: Path | None, engine: EngineInfo | None) -> Upg
 
 @contextlib.contextmanager
 def _building(target: Path, single: bool) -> Iterator[Path]:
-    """A hidden folder beside ``target`` to build the copy in; moved to ``target`` on success (or, for
-    a ``single`` file, the one file in it), removed either way."""
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        yield partial
+    """A folder beside ``target`` to build the copy in (:func:`caffetool.fsio.staging_folder`); on
+    success it becomes ``target`` (for a ``single`` file, the one file in it does), and it goes
+    either way."""
+    with fsio.staging_folder(target, CaffetoolError) as staging:
+        built = staging / "copy"
+        built.mkdir()
+        yield built
         if single:
-            next(partial.iterdir()).rename(target)
+            try:
+                os.rename(next(built.iterdir()), target)
+            except OSError as e:
+                raise CaffetoolError(f"could not write {target}: {e.strerror or e}; nothing was written") from None
         else:
-            partial.rename(target)
-    except OSError as e:
-        raise CaffetoolError(f"could not write {target}: {e.strerror or e}; nothing was written") from None
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+            fsio.move_into_place(built, target, staging, CaffetoolError)
 
 
 def _one(path: Path, out: Path, shown: str, engine: EngineInfo | None, gpu_engine: bool, report: UpgradeReport) -> None:
@@ -164,7 +166,7 @@ def _python(path: Path, out: Path, shown: str, gpu_engine: bool, report: Upgrade
         return
     try:
         if path.suffix.lower() == ".ipynb":
-            new, cell_notes = notebook.convert(text, shown)
+            new, cell_notes = ipynb.convert(text, shown)
             for c in cell_notes:
                 where = f"{shown} (cell {c.cell})" if c.cell else shown
                 report.add(where, c.note.line, c.note.what, c.note.changed)
