@@ -39,9 +39,10 @@ FROM ${BASE_IMAGE} AS runtime
 ARG NVIDIA_VISIBLE_DEVICES=void
 ENV DEBIAN_FRONTEND=noninteractive
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# graphviz: the dot that caffe.draw and python/draw_net.py render nets with
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 \
+    && apt-get install -y --no-install-recommends python3 graphviz \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 1000 caffetool
 ENV PATH=/opt/venv/bin:${PATH} \

@@ -132,6 +132,12 @@ def test_cpu_image_trains_with_host_folders_and_serves_the_demo(image, docker_en
     assert {p.stat().st_uid for p in [run_dir, *written]} == {os.getuid()}
     assert {p.stat().st_gid for p in [run_dir, *written]} == {os.getgid()}
 
+    drawn = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c",
+                            "python /opt/caffe/python/draw_net.py "
+                            "/opt/caffe/share/caffe/examples/mnist/lenet_train_test.prototxt /tmp/lenet.png "
+                            "&& test -s /tmp/lenet.png"], capture_output=True, text=True, timeout=300)
+    assert drawn.returncode == 0, drawn.stderr[-1500:]  # BVLC's draw_net.py, with the image's Graphviz
+
     port = _free_port()
     demo = subprocess.Popen([str(Path(sys.executable).parent / "caffetool"), "docker.demo", "--variant", "cpu",
                              "--network", "host", "--port", str(port), "--run", RUN, "--data-dir", str(data),

@@ -336,3 +336,43 @@ def test_a_missing_notebook_extra_is_named_with_the_pip_install_that_adds_it():
 
     with pytest.raises(ConfigError, match=re.escape("pip install 'caffetool[notebook]'")):
         notebooks._needs("caffetool_no_such_module")
+
+
+def seeded_random_weights(caffe, deploy: Path, out: Path) -> None:
+    """A stand-in for BVLC's published CaffeNet weights, which cannot be fetched here: He-normal
+    random weights (seed 0) for every layer of ``deploy``, saved as a ``.caffemodel``."""
+    import numpy as np
+
+    net = caffe.Net(str(deploy), caffe.TEST)
+    rng = np.random.default_rng(0)
+    for blobs in net.params.values():
+        weights = blobs[0].data
+        weights[...] = rng.normal(0, np.sqrt(2 / np.prod(weights.shape[1:])), weights.shape)
+        blobs[1].data[...] = 0
+    net.save(str(out))
+
+
+@pytest.mark.engine
+def test_bvlcs_caffenet_notebooks_upgraded_run_every_cell(engine, caffe, tmp_path):
+    """BVLC's ``examples/`` upgraded as a folder, then its CaffeNet notebooks (``00-classification``,
+    ``net_surgery``) run top to bottom on the CPU engine. Stand-ins for what cannot be fetched here:
+    seeded random CaffeNet weights for the published ones, numbered labels for ``synset_words.txt``,
+    BVLC's cat for the downloaded image; the GPU cell is dropped, as the report asks on a CPU engine."""
+    root = bvlc(tmp_path, "examples", "models/bvlc_reference_caffenet", "python/caffe/imagenet")
+    caffenet = root / "models" / "bvlc_reference_caffenet"
+    seeded_random_weights(caffe, caffenet / "deploy.prototxt", caffenet / "bvlc_reference_caffenet.caffemodel")
+    (root / "data" / "ilsvrc12").mkdir(parents=True)
+    (root / "data" / "ilsvrc12" / "synset_words.txt").write_text("".join(f"n{i:08d} class {i}\n" for i in range(1000)))
+    report = upgraded.upgrade(root / "examples", None, engine)
+    target = report.target
+    classification = target / "00-classification.ipynb"
+    edit_cells(classification, {"caffe.set_device(0)  # if we have multiple GPUs, pick the first one\n": "",
+                                "caffe.set_mode_gpu()\n": "",
+                                "!wget -O image.jpg $my_image_url": "import shutil; shutil.copy('images/cat.jpg', 'image.jpg')"},
+               {})
+    said = printed(run_notebook(classification, target))
+    assert re.search(r"predicted class is: \d+", said) and "output label: n" in said, said[-1500:]
+    said = printed(run_notebook(target / "net_surgery.ipynb", target))
+    assert "fc6 weights are (4096, 9216) dimensional and biases are (4096,) dimensional" in said, said[-1500:]
+    assert "fc6-conv weights are (4096, 256, 6, 6) dimensional" in said
+    assert (target / "net_surgery" / "bvlc_caffenet_full_conv.caffemodel").is_file()
