@@ -8,7 +8,13 @@ this one run, the subjects alternating in each round):
 * ``nice19``: one busy loop at nice 19;
 * ``quota1``: the training in a cgroup whose CPU quota is one core (cgroup v1 ``cpu.cfs_quota_us``
   equal to its period, or v2 ``cpu.max``), as ``docker run --cpus 1`` makes one;
-* ``pair``: two trainings started together (both default, or both one thread).
+* ``pair``: two trainings started together (both default, or both one thread);
+* ``evaluate``: ``caffetool evaluate`` of another trained run, over and over (pycaffe on the
+  engine's default threads, as evaluate runs it);
+* ``serve``: ``caffetool demo.serve`` of that run, answering two clients that send it the test
+  set's images one request after another, as fast as the answers come;
+* ``sweep``: ``caffetool sweep`` on its own local Ray, four LeNet trials on one CPU each (two at a
+  time on two cores), started 40 s before the training.
 
 Subjects: ``caffetool`` (``caffetool train`` with nothing set: its thread plan, which follows the
 CPU the run gets), ``one thread`` (``--threads 1``) and ``pytorch`` (benchmarks/torch_lenet.py, the
@@ -32,12 +38,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import gzip
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -49,12 +60,13 @@ HERE = Path(__file__).resolve().parent
 CAFFETOOL = Path(sys.executable).with_name("caffetool")
 LOOP = ["bash", "-c", "while :; do :; done"]
 FASHION = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist: PyTorch reads the IDX files
-CONDITIONS = ("quiet", "busy1", "busy2", "nice19", "quota1", "pair")
+CONDITIONS = ("quiet", "busy1", "busy2", "nice19", "quota1", "pair", "evaluate", "serve", "sweep")
+OTHER = "other"  # the run that the evaluate and serve conditions use
 # caffetool's subjects and their --threads: its default, one thread, and every core fixed (the
 # default before threads followed the CPU: bound one to a core).
 THREADS = {"caffetool": None, "one thread": 1, "fixed": len(os.sched_getaffinity(0))}
 SUBJECTS = ("caffetool", "one thread", "pytorch")
-TARGETS = {"busy1": 1.1, "busy2": 1.1, "quota1": 1.1, "pair": 1.25, "quiet": 0.75}
+TARGETS = {"busy1": 1.1, "busy2": 1.1, "quota1": 1.1, "pair": 1.25, "quiet": 0.75, "evaluate": 1.1, "serve": 1.1, "sweep": 1.1}
 
 
 @contextlib.contextmanager
@@ -96,6 +108,92 @@ def quota_cgroup(cores: float) -> Iterator[list[str]]:
                 time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def evaluating(others: Path) -> Iterator[None]:
+    """``caffetool evaluate`` of the run ``OTHER`` in ``others``, again and again until the block ends."""
+    loop = subprocess.Popen(["bash", "-c", f'while :; do "{CAFFETOOL}" evaluate {OTHER} --runs-dir "{others}" '
+                             "--no-caffe-test >/dev/null 2>&1; done"], start_new_session=True)
+    try:
+        time.sleep(2)
+        yield
+    finally:
+        os.killpg(loop.pid, signal.SIGKILL)
+        loop.wait()
+
+
+@contextlib.contextmanager
+def serving(others: Path, images: Path) -> Iterator[None]:
+    """``caffetool demo.serve`` of the run ``OTHER``, kept busy by two clients that post the test
+    set's images (PNG) one after another until the block ends."""
+    import cv2  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([str(CAFFETOOL), "demo.serve", "--run", OTHER, "--runs-dir", str(others), "--port",
+                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    pixels = np.frombuffer(gzip.open(images).read()[16:16 + 64 * 784], np.uint8).reshape(64, 28, 28)
+    bodies = [cv2.imencode(".png", image)[1].tobytes() for image in pixels]
+    stop = threading.Event()
+    answered = []
+
+    def client() -> None:
+        i = 0
+        while not stop.is_set():
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/api/classify", data=bodies[i % len(bodies)],
+                                             headers={"Content-Type": "image/png"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    answer.read()
+                answered.append(1)
+            except OSError:
+                time.sleep(0.2)
+            i += 1
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(2)]
+        for c in clients:
+            c.start()
+        time.sleep(1)
+        yield
+    finally:
+        stop.set()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait()
+    if not answered:
+        raise SystemExit("the demo server answered no request")
+
+
+@contextlib.contextmanager
+def sweeping(data: Path, runs: Path) -> Iterator[None]:
+    """A ``caffetool sweep`` of four trials on its own Ray, stopped (Ctrl-C, as a user stops one) when
+    the block ends."""
+    sweep = subprocess.Popen([str(CAFFETOOL), "sweep", "--dataset", FASHION_MNIST.name, "--data-dir", str(data),
+                              "--runs-dir", str(runs), "--param", "base_lr=0.02,0.01,0.005,0.001", "--max-iter",
+                              "3000", "--test-interval", "3000", "--tracking-uri", "off", "--scheduler", "fifo"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(40)
+        if sweep.poll() is not None:
+            raise SystemExit(f"the sweep ended early ({sweep.returncode})")
+        yield
+    finally:
+        os.killpg(sweep.pid, signal.SIGINT)
+        try:
+            sweep.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.wait()
+
+
 def caffetool_train(data: Path, runs: Path, name: str, iters: int, threads: int | None,
                     prefix: list[str] = ()) -> subprocess.Popen:
     argv = [*prefix, str(CAFFETOOL), "train", "--model", "lenet", "--dataset", FASHION_MNIST.name,
@@ -128,9 +226,12 @@ def torch_seconds(images: Path, labels: Path, iters: int, prefix: list[str] = ()
     return iters / result["iters_per_s"]
 
 
-def condition(name: str) -> contextlib.AbstractContextManager:
+def condition(name: str, scratch: Path) -> contextlib.AbstractContextManager:
+    others = scratch / "others"
     return {"busy1": lambda: loops(1), "busy2": lambda: loops(2), "nice19": lambda: loops(1, 19),
-            "quota1": lambda: quota_cgroup(1.0)}.get(name, contextlib.nullcontext)()
+            "quota1": lambda: quota_cgroup(1.0), "evaluate": lambda: evaluating(others),
+            "serve": lambda: serving(others, FASHION / "t10k-images-idx3-ubyte.gz"),
+            "sweep": lambda: sweeping(scratch / "data", scratch / "sweeps")}.get(name, contextlib.nullcontext)()
 
 
 def measure(name: str, data: Path, images: Path, labels: Path, iters: int, subjects: list[str], scratch: Path,
@@ -139,7 +240,7 @@ def measure(name: str, data: Path, images: Path, labels: Path, iters: int, subje
     subjects = list(subjects)
     if round_ % 2:
         subjects.reverse()
-    with condition(name) as prefix:
+    with condition(name, scratch) as prefix:
         prefix = prefix if isinstance(prefix, list) else []
         for subject in subjects:
             runs = scratch / f"{name}-{round_}-{subject.replace(' ', '-')}"
@@ -183,6 +284,8 @@ def main() -> None:
         subprocess.run([str(CAFFETOOL), "data.fetch", "--dataset", FASHION_MNIST.name, "--data-dir", str(data)],
                        check=True, stdout=subprocess.DEVNULL)
         images, labels = (FASHION / f for f in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"))
+        if {"evaluate", "serve"} & set(names):  # the run they evaluate and serve
+            training_seconds(caffetool_train(data, scratch / "others", OTHER, args.iters, None), scratch / "others" / OTHER)
         rows: dict[str, dict[str, list]] = {n: {} for n in names}
         for round_ in range(args.rounds):
             for name in names:
