@@ -64,7 +64,7 @@ def exported(trained_run, tmp_path_factory):
 
 def test_a_run_exports_verified_on_its_whole_test_set(exported, caffe):
     run, out = exported
-    model_path, record_path = run / "export" / "model.onnx", run / "export" / "export.json"
+    model_path, record_path = run / "export" / "model.onnx", run / "export" / "model.export.json"
     record = json.loads(record_path.read_text())
     verified = record["verification"]
     assert verified["passed"] and verified["images"] == 10_000 and verified["top1_agreement"] == 10_000
@@ -174,7 +174,7 @@ def test_with_preprocessing_the_model_takes_images(exported, caffe, tmp_path):
     images = pixels.transpose(0, 2, 3, 1).astype(np.float32) / 255
     got = session.run(["prob"], {"image": images})[0]
     assert np.abs(got - expected).max() < 1e-5
-    record = json.loads((tmp_path / "export.json").read_text())
+    record = json.loads((tmp_path / "pre.export.json").read_text())
     assert record["preprocessing_in_graph"] is True and record["model"] == "pre.onnx"
 
 
@@ -185,7 +185,7 @@ def test_a_fixed_batch_and_an_opset(exported, tmp_path):
     model = onnx.load(str(tmp_path / "b4.onnx"))
     assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [4, 1, 28, 28]
     assert model.opset_import[0].version == 13
-    record = json.loads((tmp_path / "export.json").read_text())
+    record = json.loads((tmp_path / "b4.export.json").read_text())
     assert record["verification"]["images"] == 10 and record["batch"] == 4
     done = caffetool("export", run.name, "--runs-dir", str(run.parent), "--opset", "12", "--out",
                      str(tmp_path / "o12.onnx"), cwd=tmp_path)
@@ -213,7 +213,7 @@ def test_a_re_export_keeps_what_the_user_keeps_beside_it_and_never_overwrites_a_
     again = ("export", copy.name, "--runs-dir", str(tmp_path), "--images", "100")
     assert "(the run's first 100 test images)" in succeeded(caffetool(*again, cwd=tmp_path))
     assert (folder / "notes.txt").read_text() == "kept" and (folder / "model.int8.onnx").read_bytes() == b"a quantised copy"
-    record = json.loads((folder / "export.json").read_text())
+    record = json.loads((folder / "model.export.json").read_text())
     assert record["sha256"]["onnx"] == sha256_file(folder / "model.onnx") and "replaced_onnx" not in record["sha256"]
 
     (folder / "model.onnx").write_bytes(b"the user's own edit")
@@ -227,7 +227,7 @@ def test_a_re_export_keeps_what_the_user_keeps_beside_it_and_never_overwrites_a_
     mine = tmp_path / "elsewhere"
     mine.mkdir()
     (mine / "m.onnx").write_bytes(b"another tool's model")
-    (mine / "export.json").write_text(json.dumps({"model": "m.onnx", "sha256": {"onnx": "0" * 64}}))
+    (mine / "m.export.json").write_text(json.dumps({"model": "m.onnx", "sha256": {"onnx": "0" * 64}}))
     line = refused(mine, copy.name, "--runs-dir", str(tmp_path), "--out", str(mine / "m.onnx"))
     assert "is not the model caffetool wrote" in line and (mine / "m.onnx").read_bytes() == b"another tool's model"
 
@@ -342,7 +342,7 @@ def test_every_deploy_net_shipped_with_the_engine_exports_and_verifies(engine, c
     compared = {f.layer for f in result.verification.layers}
     net = caffe.Net(str(source), str(weights), caffe.TEST)
     assert compared == {n for n, layer in zip(net._layer_names, net.layers) if layer.type not in ("Input", "Split")}
-    assert (tmp_path / "m.onnx").is_file() and json.loads((tmp_path / "export.json").read_text())["model"] == "m.onnx"
+    assert (tmp_path / "m.onnx").is_file() and json.loads((tmp_path / "m.export.json").read_text())["model"] == "m.onnx"
     # another reader of the file: OpenCV's ONNX importer (the one OpenCV 5 keeps), against Caffe itself
     x = np.random.default_rng(1).random(net.blobs[net.inputs[0]].data.shape).astype(np.float32) * 255
     net.blobs[net.inputs[0]].data[...] = x
@@ -415,3 +415,37 @@ def test_library_refusal_of_a_net_without_input(engine, caffe, tmp_path):
         exporter.export(engine, exporter.ExportRequest(modelfiles.ModelFiles(net, net, None),
                                                        tmp_path / "m.onnx"), say=lambda _: None)
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_several_exports_share_a_folder_and_each_is_checked_against_what_its_record_names(exported, tmp_path):
+    """``--out exports/a.onnx`` then ``--out exports/b.onnx``: two models, two records named after them;
+    ``export.check`` of either, given nothing else, finds the run in its record and agrees."""
+    run, _ = exported
+    folder = tmp_path / "exports"
+    for name, extra in (("a", ()), ("b", ("--batch", "8"))):
+        succeeded(caffetool("export", run.name, "--runs-dir", str(run.parent), "--images", "50", *extra,
+                            "--out", str(folder / f"{name}.onnx"), cwd=tmp_path))
+    assert sorted(p.name for p in folder.iterdir()) == ["a.export.json", "a.onnx", "b.export.json", "b.onnx"]
+    assert json.loads((folder / "b.export.json").read_text())["batch"] == 8
+    assert json.loads((folder / "a.export.json").read_text())["run"] == str(run)
+    checked = succeeded(caffetool("export.check", str(folder / "b.onnx"), "--images", "20", cwd=tmp_path))
+    assert f"{folder / 'b.onnx'} agrees with Caffe" in checked
+    (folder / "c.onnx").write_bytes((folder / "a.onnx").read_bytes())
+    done = caffetool("export.check", str(folder / "c.onnx"), cwd=tmp_path)
+    assert done.returncode == 1 and "has no export record beside it (c.export.json)" in done.stderr, done.stderr
+
+
+def test_an_earlier_versions_export_json_is_read_and_gives_way_to_the_models_own_record(exported, tmp_path):
+    """A run exported by an earlier version (``export/export.json``): the onnxruntime backend takes its
+    model as the run's export, and a re-export replaces the model and moves its record to
+    ``model.export.json``."""
+    run, _ = exported
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy, symlinks=True)
+    folder = copy / "export"
+    (folder / "model.export.json").rename(folder / "export.json")
+    model = folder / "model.onnx"
+    assert exporter.record_for(model) == folder / "export.json"
+    succeeded(caffetool("export", copy.name, "--runs-dir", str(tmp_path), "--images", "50", cwd=tmp_path))
+    assert not (folder / "export.json").exists()
+    assert json.loads((folder / "model.export.json").read_text())["sha256"]["onnx"] == sha256_file(model)

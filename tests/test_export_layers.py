@@ -324,7 +324,7 @@ def export_and_compare(engine: Any, caffe: Any, folder: Path, files: ModelFiles,
     assert {f.layer for f in verification.layers} == computing_layers(caffe, files.deploy)
     for figures in verification.layers:
         assert figures.rel <= TOLERANCE, figures
-    assert (folder / "export.json").is_file()
+    assert (folder / "m.export.json").is_file()
     model = onnx.load(str(folder / "m.onnx"))
     assert model.opset_import[0].version == case.opset
     for value in model.graph.input:
@@ -467,4 +467,4 @@ def assert_refused(engine: Any, folder: Path, files: ModelFiles, message: str) -
     with pytest.raises(ExportError, match=re.escape(message)):
         exporter.export(engine, request, say=lambda _: None)
     assert not (folder / "m.onnx").exists()
-    assert not (folder / "export.json").exists()
+    assert not (folder / "m.export.json").exists()

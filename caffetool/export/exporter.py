@@ -4,12 +4,15 @@ The order of work is the order of trust: refuse layers ONNX cannot hold (by name
 Caffe build the net with the weights in a child (a corrupt file or the weights of another net abort
 Caffe there, not here), convert (:mod:`.onnxnet`), let ``onnx.checker`` check the model with its
 shape inference, run it beside pycaffe on the run's test images or on drawn images
-(:mod:`.verify`), and only then write the model and its record (``export.json``: per-layer errors,
-top-1 agreement, sha256s of deploy, weights and model, versions). A model past the tolerance is
-not written. A run's export is ``RUN/export/model.onnx`` and ``export.json``; what else a user keeps
-in that folder stays. An existing model is replaced only where its record says caffetool wrote
-exactly those bytes (its sha256), so a model the user changed, or another tool's file that a record
-merely names, is never overwritten.
+(:mod:`.verify`), and only then write the model and its record, beside it and named after it
+(``a.onnx``: ``a.export.json``; per-layer errors, top-1 agreement, sha256s of deploy, weights and
+model, the inputs' paths, versions), so any number of exports share a folder. A model past the
+tolerance is not written. A run's export is ``RUN/export/model.onnx`` and ``model.export.json``;
+what else a user keeps in that folder stays. An existing model is replaced only where its record
+says caffetool wrote exactly those bytes (its sha256), so a model the user changed, or another
+tool's file that a record merely names, is never overwritten. A folder's single ``export.json``,
+which earlier versions wrote, is read as the record of the model it names and gives way to the
+model's own record when that model is exported again.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from caffetool.nets.check import validate
 from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
 
-MODEL, RECORD = "model.onnx", "export.json"  # an export folder's files
+MODEL = "model.onnx"  # a run's export
+RECORD_SUFFIX = ".export.json"  # a model's record: a.onnx -> a.export.json
+LEGACY_RECORD = "export.json"  # one record per folder, as earlier versions wrote it
 DEFAULT_OPSET = 17
 DEFAULT_TOLERANCE = 1e-4
 RUN_IMAGES, DRAWN_IMAGES = 10_000, 16  # verified on, by default
@@ -90,7 +95,32 @@ def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None
     _reported(result, say, "", writing=True)
     record = _record(engine, request, model, converted, result, p, seconds)
     _write(request, model, record)
-    return Exported(request.out, request.out.parent / RECORD, result, seconds)
+    return Exported(request.out, record_of(request.out), result, seconds)
+
+
+def record_of(model: Path) -> Path:
+    """Where ``model``'s record goes: beside it, named after it."""
+    return model.with_name(model.stem + RECORD_SUFFIX)
+
+
+def record_for(model: Path) -> Path | None:
+    """The record of ``model`` on disk: its own, else a folder's ``export.json`` of an earlier version
+    that names it; None without either."""
+    own = record_of(model)
+    if own.exists():
+        return own
+    legacy = model.with_name(LEGACY_RECORD)
+    return legacy if legacy.is_file() and _written(legacy).get("model") == model.name else None
+
+
+def recorded_inputs(model: Path) -> dict[str, str | None]:
+    """The run, or the deploy net and weights, that ``model``'s record says it was exported from."""
+    record = record_for(model)
+    made = _written(record) if record is not None else {}
+    if not made:
+        raise ConfigError(f"{model} has no export record beside it ({record_of(model).name}): give the run it was "
+                          "exported from, or --deploy FILE --weights FILE")
+    return {key: made.get(key) if isinstance(made.get(key), str) else None for key in ("run", "deploy", "weights")}
 
 
 def _check_opset(opset: int) -> None:
@@ -120,11 +150,11 @@ def _check_target(request: ExportRequest) -> None:
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot write {out}: {folder} is not a folder this user may write in; "
                           f"{'make it writable' if own else 'choose another --out'} (nothing was changed)")
-    record = out.parent / RECORD
-    if not record.exists():
+    record = record_for(out)
+    if record is None:
         if out.exists():
-            raise ConfigError(f"{out} exists and caffetool did not make it (no {RECORD} beside it names it); "
-                              f"{elsewhere} (nothing was changed)")
+            raise ConfigError(f"{out} exists and caffetool did not make it (no {record_of(out).name} beside it "
+                              f"names it); {elsewhere} (nothing was changed)")
         return
     made = _written(record)
     if made.get("model") != out.name:
@@ -329,10 +359,13 @@ def _write(request: ExportRequest, model: onnx.ModelProto, record: dict) -> None
     record["sha256"]["onnx"] = hashlib.sha256(data).hexdigest()
     if out.is_file():
         record["sha256"]["replaced_onnx"] = sha256_file(out)
-    fsio.write_atomic(out.parent / RECORD, json.dumps(record, indent=2) + "\n", ExportError)
+    legacy = record_for(out)
+    fsio.write_atomic(record_of(out), json.dumps(record, indent=2) + "\n", ExportError)
     fsio.write_atomic(out, data, ExportError)
     record["sha256"].pop("replaced_onnx", None)
-    fsio.write_atomic(out.parent / RECORD, json.dumps(record, indent=2) + "\n", ExportError)
+    fsio.write_atomic(record_of(out), json.dumps(record, indent=2) + "\n", ExportError)
+    if legacy is not None and legacy != record_of(out):  # an earlier version's record of this model
+        legacy.unlink(missing_ok=True)
 
 
 def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, tolerance: float,
@@ -419,9 +452,10 @@ def run_export(engine: EngineInfo, files: modelfiles.ModelFiles,
     if run_dir is None:
         raise ConfigError("the onnxruntime backend runs a run's export; give --run (or export the files with "
                           "`caffetool export --deploy ... --weights ... --out FILE` and evaluate the run)")
-    model, record = RunFolder(run_dir).export / MODEL, RunFolder(run_dir).export / RECORD
+    model = RunFolder(run_dir).export / MODEL
+    record = record_for(model)
     try:
-        made = json.loads(record.read_text())
+        made = json.loads(record.read_text()) if record is not None else {}
         fresh = (made["sha256"]["weights"] == sha256_file(Path(files.weights))
                  and made["sha256"]["deploy"] == sha256_file(Path(files.deploy))
                  and made["sha256"]["onnx"] == sha256_file(model) and not made.get("preprocessing_in_graph"))

@@ -20,7 +20,7 @@ TOLERANCE = Limit("a relative tolerance", 0, 1, low_open=True)
 IMAGES = Limit("a number of images", 1, 1_000_000, kind=int)
 BATCH = Limit("a batch size", 1, 4096, kind=int)
 HELP = {
-    "run": "run name or directory: writes RUN/export/model.onnx and export.json",
+    "run": "run name or directory: writes RUN/export/model.onnx and model.export.json",
     "deploy": "deploy.prototxt (instead of a run)", "weights": ".caffemodel (with --deploy, or a snapshot of RUN)",
     "labels": "labels.txt (optional with --deploy): stored in the model's metadata",
     "out": "the model file, .onnx (default: RUN/export/model.onnx; with --deploy, WEIGHTS-NAME.onnx here)",
@@ -62,16 +62,22 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
 
 @task(positional=["model"], help={**{k: v for k, v in HELP.items() if k not in ("out", "opset", "batch",
                                                                                 "with_preprocessing")},
-                                  "model": "the .onnx file to check", "run": "the run it was exported from"})
+                                  "model": "the .onnx file to check",
+                                  "run": "the run it was exported from (default: what the model's record names)"})
 def check(c: Context, model: str, run: str | None = None, deploy: str | None = None, weights: str | None = None,
           labels: str | None = None, mean: str | None = None, mean_values: str | None = None,
           scale: str | None = None, channel_swap: str | None = None, raw_scale: str | None = None,
           image_dims: str | None = None, tolerance: str = "1e-4", images: str | None = None,
           runs_dir: str | None = None) -> None:
-    """Compare an exported model with Caffe again, layer by layer (the run's, or --deploy/--weights)."""
+    """Compare an exported model with Caffe again, layer by layer (the run or the deploy net and weights its
+    record names, or those given)."""
     from caffetool.export import exporter  # noqa: PLC0415
 
     path = input_file(model, "MODEL")
+    if not run and not deploy:
+        recorded = exporter.recorded_inputs(path.absolute())
+        run, deploy = recorded["run"], None if recorded["run"] else recorded["deploy"]
+        weights = weights or recorded["weights"]
     files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
                    runs_dir)
     exporter.check(locate(c.engine.prefix, probe=False), path, files,
