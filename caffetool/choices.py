@@ -192,16 +192,31 @@ def output_file(value: str | os.PathLike[str], flag: str) -> Path:
     return path
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path``, or the nearest of its parents that exists: where a folder still to be made will be made."""
+    return next((p for p in (path, *path.parents) if os.path.lexists(p)), Path(path.anchor or "/"))
+
+
+def unwritable(folder: Path) -> tuple[Path, str] | None:
+    """Why nothing can be written in ``folder`` (made first where missing): the nearest part of it that
+    exists and what is wrong with it ("is a file, not a folder", "is on a read-only file system", "is
+    not writable by this user"); None where it can be. The one check of every folder caffetool writes in."""
+    existing = nearest_existing(folder)
+    if not existing.is_dir():
+        return existing, "is a file, not a folder"
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return existing, "is on a read-only file system"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return existing, "is not writable by this user"
+    return None
+
+
 def _refuse_unwritable(folder: Path, given: Path, flag: str, fix: str) -> None:
     """Refuse ``folder`` when its nearest existing part is a file or cannot be written."""
-    blocker = next(p for p in (folder, *folder.parents) if os.path.exists(p))
-    named = f"{flag} {given}" if blocker == given else f"{flag} {given}: {blocker}"
-    if not blocker.is_dir():
-        raise ConfigError(f"{named} is a file, not a folder; {fix}")
-    if os.statvfs(blocker).f_flag & os.ST_RDONLY:
-        raise ConfigError(f"{named} is on a read-only file system; {fix}")
-    if not os.access(blocker, os.W_OK | os.X_OK):
-        raise ConfigError(f"{named} is not writable by this user; {fix}")
+    if (found := unwritable(folder)) is not None:
+        blocker, why = found
+        named = f"{flag} {given}" if blocker == given else f"{flag} {given}: {blocker}"
+        raise ConfigError(f"{named} {why}; {fix}")
 
 
 def input_file(value: str | os.PathLike[str], flag: str) -> Path:

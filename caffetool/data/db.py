@@ -22,7 +22,7 @@ from typing import Any
 
 import lmdb
 
-from caffetool.choices import choose
+from caffetool.choices import choose, nearest_existing
 from caffetool.errors import DataError
 
 BACKENDS = ("lmdb", "leveldb")
@@ -195,8 +195,7 @@ def _reason(error: Exception) -> str:
 
 
 def _free(path: Path) -> str:
-    folder = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
-    return f"{shutil.disk_usage(folder).free / 1e6:.1f} MB"
+    return f"{shutil.disk_usage(nearest_existing(path)).free / 1e6:.1f} MB"
 
 
 def remove(path: Path) -> None:

@@ -29,6 +29,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from caffetool.choices import unwritable
+
 SLOPPINESS = ("include_file_mtime", "include_file_ctime", "pch_defines", "time_macros")
 # ccache --print-stats counters (ccache 4.x): a hit is either kind, a miss is a compilation it ran
 HITS = ("direct_cache_hit", "preprocessed_cache_hit")
@@ -63,12 +65,10 @@ def unusable(ccache: str) -> str | None:
     if done.returncode != 0 or not done.stdout.strip():
         return f"`ccache -k cache_dir` failed ({(done.stderr or done.stdout).strip()[:200]})"
     folder = Path(done.stdout.strip())
-    existing = next(f for f in (folder, *folder.parents) if f.exists())
-    if existing != folder and not existing.is_dir() or folder.exists() and not folder.is_dir():
-        return f"its cache folder {folder} is not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"its cache folder {folder} is not writable"
-    return None
+    if (found := unwritable(folder)) is None:
+        return None
+    return f"its cache folder {folder} is not a folder" if "not a folder" in found[1] else \
+        f"its cache folder {folder} is not writable"
 
 
 def cmake_flags(ccache: str) -> list[str]:

@@ -28,6 +28,7 @@ from pathlib import Path
 import caffetool
 from caffetool import apt, config, fsio
 from caffetool.checksum import sha256_file
+from caffetool.choices import nearest_existing
 from caffetool.engine import ccache, cmake, cpu, cudaarch, fatbin, mkl, source, suite, userfiles
 from caffetool.engine.locate import MANIFEST, EngineInfo, check_replaceable, locate, visible_gpus
 from caffetool.engine.recipe import (BUILD_PACKAGES, CAFFE_SOURCE, PATCH_DIR, PYCAFFE_MODULES, BuildOptions,
@@ -141,7 +142,7 @@ BUILD_ROOM_MB = 800
 
 def _folder_of(root: Path) -> Path:
     """The folder the prefix and its staging folder are made in (the nearest that exists)."""
-    return next(f for f in (root.parent, *root.parent.parents) if f.exists())
+    return nearest_existing(root.parent)
 
 
 def _free_mb(root: Path) -> int:

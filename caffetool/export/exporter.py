@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import onnx
 
 from caffetool import __version__, fsio
 from caffetool.checksum import sha256_file
+from caffetool.choices import unwritable
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, DataError, ExportError, RunError
 from caffetool.export import inputs, onnxnet, preprocessing, room, runtime, verify
@@ -146,9 +146,8 @@ def _check_target(request: ExportRequest) -> None:
     # a run's own export (evaluate, the demo's onnxruntime backend make it too): no --out to choose there
     elsewhere = (f"move it out of {out.parent}, where the run's export is written" if own else
                  "choose another --out")
-    folder = next(f for f in (out.parent, *out.parent.parents) if f.exists())
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write {out}: {folder} is not a folder this user may write in; "
+    if (found := unwritable(out.parent)) is not None:
+        raise ConfigError(f"cannot write {out}: {found[0]} {found[1]}; "
                           f"{'make it writable' if own else 'choose another --out'} (nothing was changed)")
     record = record_for(out)
     if record is None:
