@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -118,6 +120,28 @@ def test_a_second_evaluation_replaces_the_folder_whole(engine, run_copy, evaluat
     manifest = json.loads((run_copy / "manifest.json").read_text())
     assert [e["k"] for e in manifest["evaluations"] if e["dir"] == str(folder)] == [3]
     assert writeup.newest(run_copy) == folder
+
+
+def test_opencv_4_runs_caffes_files_with_its_own_importer_and_agrees_with_caffe(run_copy, evaluated, tmp_path):
+    """Where OpenCV 4 is installed instead of 5 (here: OpenCV 4's wheel from PyPI, first on the path of
+    the command), ``--backend opencv`` reads the deploy net and weights with ``readNetFromCaffe``
+    (no export is made) and its top-1 over the 10,000 test images is Caffe's within 0.002."""
+    opencv4 = tmp_path / "opencv4"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(opencv4),
+                           "opencv-python-headless>=4.8,<5"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    copy = Path(shutil.copytree(run_copy, tmp_path / run_copy.name))
+    shutil.rmtree(copy / "export", ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(opencv4), os.environ.get("PYTHONPATH")]))}
+    version = subprocess.run([sys.executable, "-c", "import cv2; print(cv2.__version__)"], env=env,
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert version.startswith("4."), version
+    done = subprocess.run([CAFFETOOL, "evaluate", str(copy), "--backend", "opencv", "--no-caffe-test"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((copy / "eval" / "lenet_iter_600-opencv" / "summary.json").read_text())
+    assert abs(summary["top1"] - evaluated[0].summary["top1"]) <= 0.002
+    assert not (copy / "export").exists()  # OpenCV 4 read Caffe's own files
 
 
 def test_top_k_is_bounded_by_the_classes_and_the_command_refuses_zero(engine, run_copy, evaluated):

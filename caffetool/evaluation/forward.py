@@ -1,6 +1,7 @@
 """A run's deploy net, run over batches: pycaffe (Caffe's own code, so figures equal ``caffe test``'s),
-OpenCV DNN (``cv2.dnn.readNetFromCaffe``) or onnxruntime on the run's ONNX export (verified against
-Caffe when made); the float arithmetic of the last two differs, so their figures may too.
+OpenCV DNN (its Caffe importer on OpenCV 4, the run's verified ONNX export on OpenCV 5:
+:mod:`caffetool.export.opencv`) or onnxruntime on that export; the float arithmetic of the last two
+differs, so their figures may too.
 
 Each batch gives two arrays: the scores the ``Softmax`` reads (what a train/test net's ``Accuracy``
 layer compares, so correctness is judged as Caffe judges it) and the probabilities it outputs. A net
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from caffetool.choices import choose
@@ -72,7 +72,7 @@ def load(engine: EngineInfo, deploy: Path, weights: Path, backend: str = "caffe"
     check.validate(engine, deploy.parent, deploy=[deploy.name], weights=str(weights.absolute()))
     run = (_pycaffe(caffe, deploy, weights, name, shape, score, output, device) if backend == "caffe"
            else _onnxruntime(engine, deploy, weights, score, output) if backend == "onnxruntime"
-           else _opencv(net, deploy, weights, score, output))
+           else _opencv(engine, net, deploy, weights, score, output))
     return DeployNet(name, shape, output, score, backend, run)
 
 
@@ -106,23 +106,19 @@ def _pycaffe(caffe: Any, deploy: Path, weights: Path, name: str, shape: tuple[in
     return run
 
 
-def _opencv(net: Any, deploy: Path, weights: Path, score: str,
+def _opencv(engine: EngineInfo, net: Any, deploy: Path, weights: Path, score: str,
             output: str) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    try:
-        cvnet = cv2.dnn.readNetFromCaffe(str(deploy), str(weights))
-    except (cv2.error, AttributeError) as e:
-        raise NetError(f"OpenCV could not load {deploy} with {weights}: {e}") from None
-    # OpenCV names outputs by layer: the last layer writing each blob
-    producer = {top: layer.name for layer in net.layer for top in layer.top}
-    names = [producer[score], producer[output]]
+    from caffetool.export import opencv  # noqa: PLC0415 - onnx only for this backend
+    from caffetool.inference.modelfiles import ModelFiles  # noqa: PLC0415
+
+    files = ModelFiles(deploy, weights, RunFolder(deploy.parent).labels, run=deploy.parent)
+    forward = opencv.forward_of(engine, files, net, [score, output])
 
     def run(blob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n = len(blob)
-        cvnet.setInput(np.ascontiguousarray(blob))
-        scores, probs = cvnet.forward(names)
-        return scores.reshape(n, -1).copy(), probs.reshape(n, -1).copy()
+        scores, probs = forward(blob)
+        return scores, probs
 
-    return run
+    return run  # (scores, probabilities), as the other backends give them
 
 
 def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,
@@ -132,7 +128,7 @@ def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,
     from caffetool.inference.modelfiles import ModelFiles  # noqa: PLC0415
 
     files = ModelFiles(deploy, weights, RunFolder(deploy.parent).labels, run=deploy.parent)
-    session = runtime.session_of(exporter.run_export(engine, files), outputs=[score, output])
+    session = runtime.session_of(exporter.verified_export(engine, files), outputs=[score, output])
     name = session.get_inputs()[0].name
 
     def run(blob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

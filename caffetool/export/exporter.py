@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from caffetool import __version__, fsio
+from caffetool import __version__, config, fsio
 from caffetool.checksum import sha256_file
 from caffetool.choices import unwritable
 from caffetool.engine import EngineInfo, import_caffe
@@ -352,7 +352,7 @@ def _dims(value: onnx.ValueInfoProto) -> list[int | str] | None:
 def _write(request: ExportRequest, model: onnx.ModelProto, record: dict) -> None:
     """The model and its record, nothing else in their folder touched. The record goes first and also
     vouches for the model it replaces, so a write cut short between the two leaves a pair that
-    :func:`_check_target` still recognises (and :func:`run_export` finds stale and redoes)."""
+    :func:`_check_target` still recognises (and :func:`verified_export` finds stale and redoes)."""
     data = model.SerializeToString()
     out = request.out
     record["sha256"]["onnx"] = hashlib.sha256(data).hexdigest()
@@ -443,15 +443,18 @@ def _reported(result: verify.Verification, say: Callable[[str], None], where: st
 
 
 
-def run_export(engine: EngineInfo, files: modelfiles.ModelFiles,
-               say: Callable[[str], None] = print) -> Path:
-    """The run's export of exactly these weights (its record's sha256s match), made now if missing or stale:
-    what the ``onnxruntime`` backend serves and evaluates."""
-    run_dir = files.run
-    if run_dir is None:
-        raise ConfigError("the onnxruntime backend runs a run's export; give --run (or export the files with "
-                          "`caffetool export --deploy ... --weights ... --out FILE` and evaluate the run)")
-    model = RunFolder(run_dir).export / MODEL
+def verified_export(engine: EngineInfo, files: modelfiles.ModelFiles,
+                    say: Callable[[str], None] = print) -> Path:
+    """The verified export of exactly these deploy net and weights (its record's sha256s match), made now
+    if missing or stale: a run's in its export folder, other files' in caffetool's cache (one folder per
+    pair of deploy and weights). What the ``onnxruntime`` backend runs, and OpenCV 5's."""
+    if files.run is not None:
+        model, request = RunFolder(files.run).export / MODEL, run_request(files.run, files=files)
+        named = files.run.name
+    else:
+        pair = sha256_file(Path(files.deploy)) + sha256_file(Path(files.weights))
+        model = config.cache_home() / "exports" / hashlib.sha256(pair.encode()).hexdigest()[:16] / MODEL
+        request, named = ExportRequest(files, model), Path(files.weights).name
     record = record_for(model)
     try:
         made = json.loads(record.read_text()) if record is not None else {}
@@ -461,6 +464,6 @@ def run_export(engine: EngineInfo, files: modelfiles.ModelFiles,
     except (OSError, ValueError, KeyError, TypeError):
         fresh = False
     if not fresh:
-        say(f"exporting {run_dir.name} to ONNX ({model}), verified against Caffe first")
-        export(engine, run_request(run_dir, files=files), say=lambda _: None)
+        say(f"exporting {named} to ONNX ({model}), verified against Caffe first")
+        export(engine, request, say=lambda _: None)
     return model

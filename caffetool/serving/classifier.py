@@ -4,7 +4,8 @@ The files and the transform come from :mod:`.modelfiles` (a run's, or given one 
 first built in a child process
 (Caffe aborts the process on a corrupt file), so a bad model fails start-up with a clear message,
 not the first request.
-Three backends: pycaffe (``caffe.Net``, exact), OpenCV DNN (``cv2.dnn.readNetFromCaffe``) and
+Three backends: pycaffe (``caffe.Net``, exact), OpenCV DNN (its Caffe importer on OpenCV 4, the run's
+verified ONNX export on OpenCV 5: :mod:`caffetool.export.opencv`) and
 onnxruntime on the run's ONNX export (:mod:`caffetool.export`, made and verified against Caffe when
 missing); all run forward passes one at a time behind a lock, since the Caffe and OpenCV net objects
 are not thread-safe. Only the pycaffe backend shows a layer's activations (the others fuse layers and
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from caffetool.choices import choose
@@ -215,14 +215,12 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     elif backend == "onnxruntime":
         forward = _onnxruntime(engine, files, output)
     else:
-        try:
-            cvnet = cv2.dnn.readNetFromCaffe(str(files.deploy), str(files.weights))
-        except (cv2.error, AttributeError) as e:
-            raise NetError(f"OpenCV could not load {files.deploy} with {files.weights}: {e}") from None
+        from caffetool.export import opencv  # noqa: PLC0415 - onnx only where OpenCV 5 reads the export
+
+        opencv_forward = opencv.forward_of(engine, files, deploy, [output])
 
         def forward(blob: np.ndarray) -> np.ndarray:
-            cvnet.setInput(blob)
-            return cvnet.forward(output).reshape(len(blob), -1).copy()
+            return opencv_forward(blob)[0]
 
     probs = forward(np.zeros((1, channels, height, width), np.float32))[0]
     if labels is None:
@@ -238,7 +236,7 @@ def _onnxruntime(engine: EngineInfo, files: ModelFiles, output: str) -> Callable
     """The run's ONNX export (made and verified now if missing or stale) on onnxruntime."""
     from caffetool.export import exporter, runtime  # noqa: PLC0415 - onnx only for this backend
 
-    session = runtime.session_of(exporter.run_export(engine, files))
+    session = runtime.session_of(exporter.verified_export(engine, files))
     name = session.get_inputs()[0].name
 
     def forward(blob: np.ndarray) -> np.ndarray:
