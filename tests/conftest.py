@@ -43,8 +43,8 @@ SHARED = {
 GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
 # The longest units first, so that the lanes end together (a lane takes the next unit when it is
 # nearly done). Seconds, from one serial run's --durations=0 on 2 cores.
-LONGEST = {"system": 600, "ray": 540, "test_export": 150, "test_export_layers": 106, "test_project_cli": 98,
-           "test_train": 90, "test_nets": 87, "test_hostile_inputs": 77, "test_v2_reliability": 74,
+LONGEST = {"system": 600, "ray": 540, "test_export_pytorch": 180, "test_export": 150, "test_export_layers": 106,
+           "test_project_cli": 98, "test_train": 90, "test_nets": 87, "test_hostile_inputs": 77, "test_v2_reliability": 74,
            "test_demo": 71, "test_hostile_runs": 49, "test_evaluation": 44}
 
 

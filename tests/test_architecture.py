@@ -19,7 +19,8 @@ PACKAGE = PROJECT / "caffetool"
 LAYERS: list[tuple[str, str]] = [  # (the units of a layer, what they hold)
     ("__init__ errors config glog", "what everything shares: the version, the errors, where files go, "
      "Caffe's log lines"),
-    ("fsio checksum choices proc", "files written atomically, checksums, checked choices, processes"),
+    ("fsio checksum choices proc extras", "files written atomically, checksums, checked choices, processes, the "
+     "optional extras"),
     ("figures download apt", "figures, downloads, apt"),
     ("engine", "the engine: recipe, patches, build, install, bundles, CUDA architectures and libraries"),
     ("data dockerimg upgrade notebooks", "data sets (registry, fetch, IDX and image conversion, databases, the Datum codec); "
@@ -33,7 +34,7 @@ LAYERS: list[tuple[str, str]] = [  # (the units of a layer, what they hold)
      "memory estimates and measurements; MLflow tracking"),
     ("train", "training: the session, the runner that watches `caffe train`, devices, the final test, plots, "
      "TensorBoard"),
-    ("export sweep", "the ONNX export; sweeps on Ray Tune"),
+    ("export sweep", "the ONNX and PyTorch exports; sweeps on Ray Tune"),
     ("evaluation", "evaluation of a run against `caffe test`, and of labelled images"),
     ("runpage", "what a server shows of a run: its summary, curves, evaluation and example images"),
     ("serving", "the models a server serves: loaded models, ONNX exports, the model repository, batchers, "

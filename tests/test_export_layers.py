@@ -343,14 +343,7 @@ def computing_layers(caffe: Any, deploy: Path) -> set[str]:
 def compare_with_onnxruntime(caffe: Any, files: ModelFiles, model: Path, case: Case) -> None:
     import onnxruntime
 
-    net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
-    feeds = own_inputs(net, case.batch or DYNAMIC_RUN, case.positive, np.random.default_rng(1))
-    for name, x in feeds.items():
-        net.blobs[name].reshape(*x.shape)
-    net.reshape()
-    for name, x in feeds.items():
-        net.blobs[name].data[...] = x
-    net.forward()
+    net, feeds = caffe_on_own_inputs(caffe, files, case.batch or DYNAMIC_RUN, case.positive)
     session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     assert len(names) == len(net.outputs)
@@ -360,6 +353,19 @@ def compare_with_onnxruntime(caffe: Any, files: ModelFiles, model: Path, case: C
         want = net.blobs[blob].data
         assert got.shape == want.shape, blob
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * scale_of(want), err_msg=blob)
+
+
+def caffe_on_own_inputs(caffe: Any, files: ModelFiles, batch: int, positive: bool) -> tuple[Any, dict]:
+    """pycaffe's net of ``files`` run forward on :func:`own_inputs` at ``batch``; (the net, the inputs)."""
+    net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
+    feeds = own_inputs(net, batch, positive, np.random.default_rng(1))
+    for name, x in feeds.items():
+        net.blobs[name].reshape(*x.shape)
+    net.reshape()
+    for name, x in feeds.items():
+        net.blobs[name].data[...] = x
+    net.forward()
+    return net, feeds
 
 
 def own_inputs(net: Any, batch: int, positive: bool, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -1,13 +1,16 @@
-"""``caffetool export``: a deploy net and its weights as an ONNX model, written only once verified.
+"""``caffetool export``: a deploy net and its weights as an ONNX model or as PyTorch code, written only
+once verified.
 
 The order of work is the order of trust: refuse layers ONNX cannot hold (by name and reason), let
 Caffe build the net with the weights in a child (a corrupt file or the weights of another net abort
-Caffe there, not here), convert (:mod:`.onnxnet`), let ``onnx.checker`` check the model with its
-shape inference, run it beside pycaffe on the run's test images or on drawn images
-(:mod:`.verify`), and only then write the model and its record, beside it and named after it
-(``a.onnx``: ``a.export.json``; per-layer errors, top-1 agreement, sha256s of deploy, weights and
-model, the inputs' paths, versions), so any number of exports share a folder. A model past the
-tolerance is not written. A run's export is ``RUN/export/model.onnx`` and ``model.export.json``;
+Caffe there, not here), convert (:mod:`.onnxnet`; :mod:`.torchnet` for PyTorch), let
+``onnx.checker`` check an ONNX model with its shape inference, run the model beside pycaffe on the
+run's test images or on drawn images (:mod:`.verify`), and only then write the model and its record,
+beside it and named after it (``a.onnx``: ``a.export.json``; ``a.py`` and its weights ``a.pt``:
+``a.pytorch.export.json``; per-layer errors, top-1 agreement, sha256s of deploy, weights and every
+file written, the inputs' paths, versions), so any number of exports share a folder. A model past
+the tolerance is not written. A run's export is ``RUN/export/model.onnx`` and ``model.export.json``
+(``model.py``, ``model.pt`` and ``model.pytorch.export.json``);
 what else a user keeps in that folder stays. An existing model is replaced only where its record
 says caffetool wrote exactly those bytes (its sha256), so a model the user changed, or another
 tool's file that a record merely names, is never overwritten. A folder's single ``export.json``,
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,7 +38,7 @@ from caffetool.checksum import sha256_file
 from caffetool.choices import unwritable
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, DataError, ExportError, RunError
-from caffetool.export import inputs, onnxnet, preprocessing, room, runtime, verify
+from caffetool.export import inputs, onnxnet, preprocessing, room, runtime, torchnet, verify
 from caffetool.inference import modelfiles
 from caffetool.nets import project
 from caffetool.nets.check import validate
@@ -42,7 +46,11 @@ from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
 
 MODEL = "model.onnx"  # a run's export
+ONNX, PYTORCH = "onnx", "pytorch"
+SUFFIXES = {ONNX: ".onnx", PYTORCH: ".py"}  # the model file of each format
+WEIGHTS_SUFFIX = ".pt"  # a PyTorch export's state_dict, beside its model.py
 RECORD_SUFFIX = ".export.json"  # a model's record: a.onnx -> a.export.json
+RECORD_SUFFIXES = {".onnx": RECORD_SUFFIX, ".py": ".pytorch" + RECORD_SUFFIX}
 LEGACY_RECORD = "export.json"  # one record per folder, as earlier versions wrote it
 DEFAULT_OPSET = 17
 DEFAULT_TOLERANCE = 1e-4
@@ -59,6 +67,7 @@ class ExportRequest:
     tolerance: float = DEFAULT_TOLERANCE
     images: int | None = None
     with_preprocessing: bool = False
+    to: str = ONNX
 
 
 @dataclass
@@ -70,18 +79,26 @@ class Exported:
 
 
 def run_request(run_dir: Path, **options: Any) -> ExportRequest:
-    """An export of a run's newest weights (or ``options['files']``) to ``RUN/export/model.onnx``."""
+    """An export of a run's newest weights (or ``options['files']``) to ``RUN/export/model.onnx``
+    (``model.py`` with ``to="pytorch"``)."""
     files = options.pop("files", None) or modelfiles.from_run(run_dir)
-    return ExportRequest(files, RunFolder(run_dir).export / MODEL, **options)
+    model = RunFolder(run_dir).export / MODEL
+    return ExportRequest(files, model.with_suffix(SUFFIXES[options.get("to", ONNX)]), **options)
 
 
 def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None] = print) -> Exported:
     """Convert, verify, and write the model and its record (nothing is written unless verified)."""
     started = time.perf_counter()
-    _check_opset(request.opset)
+    if request.to == PYTORCH:
+        torchnet.torch_module()
+    else:
+        _check_opset(request.opset)
     _check_target(request)
-    caffe, net_param, net = _load(engine, request.files)
+    caffe, net_param, net = _load(engine, request.files, torchnet.refusals if request.to == PYTORCH
+                                  else onnxnet.refusals)
     labels = _labels(request.files)
+    if request.to == PYTORCH:
+        return _to_pytorch(engine, request, caffe, net_param, net, labels, say, started)
     converted = onnxnet.convert(net_param, net, request.opset, request.batch, _name(request.files))
     _check_labels(labels, net, converted, request.files)
     caffe_input, onnx_input = _io_names(converted, request.with_preprocessing)
@@ -89,18 +106,58 @@ def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None
     model = _finished(converted, p, labels, request)
     seconds = {"convert": time.perf_counter() - started}
     source, feeds = _feeds(caffe, request.files, converted, net_param, p, caffe_input, onnx_input, request)
-    result = verify.verify(net, converted, model, feeds, request.tolerance, request.batch, source,
-                           runtime.session_of)
+    result = verify.verify(net, converted, feeds, request.tolerance, request.batch, source,
+                           verify.onnx_runner(model, converted))
     seconds["verify"] = time.perf_counter() - started - seconds["convert"]
     _reported(result, say, "", writing=True)
-    record = _record(engine, request, model, converted, result, p, seconds)
-    _write(request, model, record)
+    record = _record(engine, request, model, result, p, seconds)
+    _write(request, {request.out: model.SerializeToString()}, record)
+    return Exported(request.out, record_of(request.out), result, seconds)
+
+
+def _to_pytorch(engine: EngineInfo, request: ExportRequest, caffe: Any, net_param: Any, net: Any,
+                labels: list[str] | None, say: Callable[[str], None], started: float) -> Exported:
+    """The PyTorch export: model.py and its weights, verified as the very text and bytes written."""
+    files, weights_file = request.files, weights_of(request.out)
+    about = (f"{net_param.name or _name(files)} as PyTorch code: Caffe's deploy net {Path(files.deploy).name} "
+             f"with the weights {Path(files.weights).name}, exported by caffetool {__version__} and verified "
+             f"against Caffe layer by layer (see {record_of(request.out).name}).")
+    converted = torchnet.convert(net_param, net, _name(files), about, weights_file.name)
+    _check_labels(labels, net, converted, files)
+    caffe_input, image_input = _io_names(converted, False)
+    p = _preprocessing(caffe, files, net_param, image_input)
+    weights = torchnet.serialised(converted)
+    seconds = {"convert": time.perf_counter() - started}
+    source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, image_input, request)
+    result = verify.verify(net, converted, feeds, request.tolerance, None, source,
+                           torchnet.runner(converted.source, weights, converted, request.out.name))
+    seconds["verify"] = time.perf_counter() - started - seconds["convert"]
+    _reported(result, say, "", writing=True)
+    torch = torchnet.torch_module()
+    record = {**_record_of_inputs(engine, request, result, p, seconds),
+              "format": PYTORCH, "weights_file": weights_file.name, "class": converted.class_name,
+              "inputs": {blob: ["N", *shape] for blob, shape in converted.inputs.items()},
+              "outputs": [verify.output_blobs(converted)[o] for o in converted.outputs],
+              "labels": labels}
+    record["versions"]["torch"] = torch.__version__
+    _write(request, {request.out: converted.source.encode(), weights_file: weights}, record)
     return Exported(request.out, record_of(request.out), result, seconds)
 
 
 def record_of(model: Path) -> Path:
-    """Where ``model``'s record goes: beside it, named after it."""
-    return model.with_name(model.stem + RECORD_SUFFIX)
+    """Where ``model``'s record goes: beside it, named after it (``a.onnx``: ``a.export.json``,
+    ``a.py``: ``a.pytorch.export.json``)."""
+    return model.with_name(model.stem + RECORD_SUFFIXES.get(model.suffix, RECORD_SUFFIX))
+
+
+def weights_of(model: Path) -> Path:
+    """A PyTorch export's weights: beside its model.py, named after it."""
+    return model.with_suffix(WEIGHTS_SUFFIX)
+
+
+def written_files(model: Path) -> list[Path]:
+    """Every file an export of ``model`` writes but its record: the model, and a PyTorch export's weights."""
+    return [model, weights_of(model)] if model.suffix == SUFFIXES[PYTORCH] else [model]
 
 
 def record_for(model: Path) -> Path | None:
@@ -131,17 +188,27 @@ def _check_opset(opset: int) -> None:
 
 
 def _check_target(request: ExportRequest) -> None:
-    """Replace only a model caffetool wrote: one whose record beside it names it and holds its sha256."""
+    """Replace only a model caffetool wrote: one whose record beside it names it and holds the sha256
+    of every file it writes."""
     out = request.out
-    if out.suffix != ".onnx":
-        raise ConfigError(f"--out {out} should end in .onnx")
+    suffix = SUFFIXES[request.to]
+    if out.suffix != suffix:
+        raise ConfigError(f"--out {out} should end in {suffix}" + (
+            f" (--to {PYTORCH} writes a Python module, its weights beside it as NAME{WEIGHTS_SUFFIX})"
+            if request.to == PYTORCH else ""))
+    if request.to == PYTORCH and not out.stem.isidentifier():
+        raise ConfigError(f"--out {out}: {out.stem!r} is not a name Python can import; choose one such as "
+                          f"{re.sub(r'[^0-9A-Za-z_]', '_', out.stem).lstrip('0123456789') or 'model'}{suffix} "
+                          "(nothing was changed)")
     if RunFolder(out.parent).manifest.is_file():
         raise ConfigError(f"--out {out} is in the top folder of the run {out.parent}, beside its manifest; a run's "
                           f"export goes to {RunFolder(out.parent).export} (`caffetool export {out.parent.name}`), "
                           "or choose a folder outside the run (nothing was changed)")
+    targets = written_files(out)
     for given in (request.files.deploy, request.files.weights):
-        if Path(given).resolve() == out.resolve():
-            raise ConfigError(f"--out {out} is the input {given}; choose another file (nothing was changed)")
+        if Path(given).resolve() in {t.resolve() for t in targets}:
+            raise ConfigError(f"--out {out} would write over the input {given}; choose another file (nothing was "
+                              "changed)")
     own = request.files.run is not None and out.parent == RunFolder(request.files.run).export
     # a run's own export (evaluate, the demo's onnxruntime backend make it too): no --out to choose there
     elsewhere = (f"move it out of {out.parent}, where the run's export is written" if own else
@@ -151,19 +218,23 @@ def _check_target(request: ExportRequest) -> None:
                           f"{'make it writable' if own else 'choose another --out'} (nothing was changed)")
     record = record_for(out)
     if record is None:
-        if out.exists():
-            raise ConfigError(f"{out} exists and caffetool did not make it (no {record_of(out).name} beside it "
-                              f"names it); {elsewhere} (nothing was changed)")
+        present = [t for t in targets if t.exists()]
+        if present:
+            raise ConfigError(f"{present[0]} exists and caffetool did not make it (no {record_of(out).name} beside "
+                              f"it names {out.name}); {elsewhere} (nothing was changed)")
         return
     made = _written(record)
     if made.get("model") != out.name:
         raise ConfigError(f"{record} is not the record of an export of {out.name} (it names {made.get('model')!r}); "
                           f"{'move it out of ' + str(out.parent) if own else 'write the export to another folder'} "
                           "(nothing was changed)")
-    if out.exists() and sha256_file(out) not in _shas(made):
-        raise ConfigError(f"{out} is not the model caffetool wrote ({record} records another sha256): it was "
-                          f"changed or replaced since; {'move it away' if own else 'move it away or choose another --out'}"
-                          " (nothing was changed)")
+    for target in targets:
+        if target.exists() and sha256_file(target) not in _shas(made, target):
+            what = "model" if target == out else "weights file"
+            raise ConfigError(f"{target} is not the {what} caffetool wrote ({record} records another sha256): it was "
+                              "changed or replaced since; "
+                              f"{'move it away' if own else 'move it away or choose another --out'} (nothing was "
+                              "changed)")
 
 
 def _written(record: Path) -> dict[str, Any]:
@@ -175,12 +246,18 @@ def _written(record: Path) -> dict[str, Any]:
     return made if isinstance(made, dict) else {}
 
 
-def _shas(made: dict[str, Any]) -> set[str]:
-    """The model sha256s a record vouches for: the model it records and, until that model is in
+def _sha_key(path: Path) -> str:
+    """A written file's entry in the record's sha256s: its suffix (``onnx``, ``py``, ``pt``)."""
+    return path.suffix.lstrip(".")
+
+
+def _shas(made: dict[str, Any], path: Path) -> set[str]:
+    """The sha256s a record vouches for as the file ``path``: the one it records and, until that is in
     place, the one it replaces (see :func:`_write`)."""
     sha = made.get("sha256")
     sha = sha if isinstance(sha, dict) else {}
-    return {v for v in (sha.get("onnx"), sha.get("replaced_onnx")) if isinstance(v, str)}
+    key = _sha_key(path)
+    return {v for v in (sha.get(key), sha.get(f"replaced_{key}")) if isinstance(v, str)}
 
 
 def _preprocessing(caffe: Any, files: modelfiles.ModelFiles, net_param: Any,
@@ -192,13 +269,16 @@ def _preprocessing(caffe: Any, files: modelfiles.ModelFiles, net_param: Any,
     return preprocessing.Preprocessing.of(modelfiles.transform_of(caffe, files, net_param))
 
 
-def _load(engine: EngineInfo, files: modelfiles.ModelFiles) -> tuple[Any, Any, Any]:
+def _load(engine: EngineInfo, files: modelfiles.ModelFiles,
+          refusals: Callable[[Any], None] = onnxnet.refusals) -> tuple[Any, Any, Any]:
+    """pycaffe, the deploy NetParameter and the net with its weights, once ``refusals`` (the format's)
+    found no layer it cannot write."""
     caffe = import_caffe(engine)
     for what, path in (("deploy net", files.deploy), ("weights", files.weights)):
         if not Path(path).is_file():
             raise (RunError if files.run else ConfigError)(f"{what} {path} not found")
     net_param, _ = project.read_net(engine, Path(files.deploy), caffe.proto.caffe_pb2)
-    onnxnet.refusals(net_param)
+    refusals(net_param)
     validate(engine, Path(files.deploy).parent, deploy=[Path(files.deploy).name],
                    weights=str(Path(files.weights).absolute()))
     caffe.set_mode_cpu()
@@ -221,9 +301,10 @@ def _labels(files: modelfiles.ModelFiles) -> list[str] | None:
     return labelfile.read(Path(files.labels)) if files.labels and Path(files.labels).is_file() else None
 
 
-def _check_labels(labels: list[str] | None, net: Any, converted: onnxnet.Converted,
+def _check_labels(labels: list[str] | None, net: Any, converted: onnxnet.Converted | torchnet.TorchConverted,
                   files: modelfiles.ModelFiles) -> None:
-    """Labels go into the model's metadata: as many as the net's last output has values per image."""
+    """Labels go into the model's metadata (a PyTorch export's record): as many as the net's last
+    output has values per image."""
     if labels is None or not converted.outputs:
         return
     final = net.blobs[verify.output_blobs(converted)[converted.outputs[-1]]].data
@@ -238,7 +319,8 @@ def _name(files: modelfiles.ModelFiles) -> str:
     return files.run.name if files.run else Path(files.weights).stem
 
 
-def _io_names(converted: onnxnet.Converted, with_preprocessing: bool) -> tuple[str, str | None]:
+def _io_names(converted: onnxnet.Converted | torchnet.TorchConverted,
+              with_preprocessing: bool) -> tuple[str, str | None]:
     """(the Caffe input images go to, the model's input for them); None when the net takes no images."""
     images = [name for name, shape in converted.inputs.items() if len(shape) == 3]
     if len(converted.inputs) != 1 or not images:
@@ -268,7 +350,8 @@ def _finished(converted: onnxnet.Converted, p: preprocessing.Preprocessing | Non
     return model
 
 
-def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converted, net_param: Any,
+def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converted | torchnet.TorchConverted,
+           net_param: Any,
            p: preprocessing.Preprocessing | None, caffe_input: str, onnx_input: str | None,
            request: ExportRequest) -> tuple[str, Iterator[inputs.Feeds]]:
     size = room.pass_size(net_param, request.batch or VERIFY_BATCH, fixed=request.batch is not None)
@@ -310,7 +393,7 @@ def _peeked(items: Iterator) -> Iterator:
     return chained()
 
 
-def _other_feeds(converted: onnxnet.Converted, net_param: Any, count: int, size: int) -> Iterator[inputs.Feeds]:
+def _other_feeds(converted: onnxnet.Converted | torchnet.TorchConverted, net_param: Any, count: int, size: int) -> Iterator[inputs.Feeds]:
     embeds = {layer.bottom[0]: layer.embed_param.input_dim for layer in net_param.layer if layer.type == "Embed"}
     rng = np.random.default_rng(inputs.SEED)
     for start in range(0, count, size):
@@ -319,29 +402,37 @@ def _other_feeds(converted: onnxnet.Converted, net_param: Any, count: int, size:
         yield feeds, feeds
 
 
-def _record(engine: EngineInfo, request: ExportRequest, model: onnx.ModelProto, converted: onnxnet.Converted,
-            result: verify.Verification, p: preprocessing.Preprocessing | None, seconds: dict) -> dict:
-    import onnxruntime  # noqa: PLC0415
-
+def _record_of_inputs(engine: EngineInfo, request: ExportRequest, result: verify.Verification,
+                      p: preprocessing.Preprocessing | None, seconds: dict) -> dict:
+    """What every export's record holds: what it was made from, how it was verified, with what."""
     files = request.files
     return {
         "model": request.out.name,
-        "sha256": {"deploy": sha256_file(Path(files.deploy)), "weights": sha256_file(Path(files.weights)),
-                   "onnx": None},  # filled once the bytes are final
+        # the written files' entries are filled once their bytes are final (_write)
+        "sha256": {"deploy": sha256_file(Path(files.deploy)), "weights": sha256_file(Path(files.weights))},
         "deploy": str(Path(files.deploy).absolute()), "weights": str(Path(files.weights).absolute()),
         "run": str(files.run) if files.run else None,
-        "opset": request.opset, "ir_version": model.ir_version,
-        "batch": request.batch if request.batch is not None else "dynamic",
-        "inputs": {i.name: _dims(i) for i in model.graph.input},
-        "outputs": {o.name: _dims(o) for o in model.graph.output},
-        "preprocessing": p.steps() if p else None, "preprocessing_in_graph": request.with_preprocessing,
+        "preprocessing": p.steps() if p else None,
         "verification": result.record(),
-        "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "caffetool": __version__,
-                     "engine": engine.manifest.get("source", {}).get("version"),
+        "versions": {"caffetool": __version__, "engine": engine.manifest.get("source", {}).get("version"),
                      "engine_built_at": engine.manifest.get("built_at")},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
     }
+
+
+def _record(engine: EngineInfo, request: ExportRequest, model: onnx.ModelProto, result: verify.Verification,
+            p: preprocessing.Preprocessing | None, seconds: dict) -> dict:
+    import onnxruntime  # noqa: PLC0415
+
+    record = {**_record_of_inputs(engine, request, result, p, seconds),
+              "opset": request.opset, "ir_version": model.ir_version,
+              "batch": request.batch if request.batch is not None else "dynamic",
+              "inputs": {i.name: _dims(i) for i in model.graph.input},
+              "outputs": {o.name: _dims(o) for o in model.graph.output},
+              "preprocessing_in_graph": request.with_preprocessing}
+    record["versions"].update(onnx=onnx.__version__, onnxruntime=onnxruntime.__version__)
+    return record
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[int | str] | None:
@@ -349,19 +440,22 @@ def _dims(value: onnx.ValueInfoProto) -> list[int | str] | None:
     return [d.dim_param or d.dim_value for d in t.shape.dim] if t.HasField("shape") else None
 
 
-def _write(request: ExportRequest, model: onnx.ModelProto, record: dict) -> None:
-    """The model and its record, nothing else in their folder touched. The record goes first and also
-    vouches for the model it replaces, so a write cut short between the two leaves a pair that
+def _write(request: ExportRequest, contents: dict[Path, bytes], record: dict) -> None:
+    """The export's files and its record, nothing else in their folder touched. The record goes first
+    and also vouches for the files it replaces, so a write cut short between them leaves files that
     :func:`_check_target` still recognises (and :func:`verified_export` finds stale and redoes)."""
-    data = model.SerializeToString()
     out = request.out
-    record["sha256"]["onnx"] = hashlib.sha256(data).hexdigest()
-    if out.is_file():
-        record["sha256"]["replaced_onnx"] = sha256_file(out)
+    shas = record["sha256"]
+    for path, data in contents.items():
+        shas[_sha_key(path)] = hashlib.sha256(data).hexdigest()
+        if path.is_file():
+            shas[f"replaced_{_sha_key(path)}"] = sha256_file(path)
     legacy = record_for(out)
     fsio.write_atomic(record_of(out), json.dumps(record, indent=2) + "\n", ExportError)
-    fsio.write_atomic(out, data, ExportError)
-    record["sha256"].pop("replaced_onnx", None)
+    for path, data in contents.items():
+        fsio.write_atomic(path, data, ExportError)
+    for path in contents:
+        shas.pop(f"replaced_{_sha_key(path)}", None)
     fsio.write_atomic(record_of(out), json.dumps(record, indent=2) + "\n", ExportError)
     if legacy is not None and legacy != record_of(out):  # an earlier version's record of this model
         legacy.unlink(missing_ok=True)
@@ -370,7 +464,10 @@ def _write(request: ExportRequest, model: onnx.ModelProto, record: dict) -> None
 def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, tolerance: float,
           images: int | None, say: Callable[[str], None] = print) -> verify.Verification:
     """``export.check``: an existing model against Caffe again, layer by layer, on the same inputs as
-    an export (its tensors carry Caffe's blob names, as caffetool's exports do)."""
+    an export (its tensors carry Caffe's blob names, as caffetool's exports do; a PyTorch export's
+    attributes are named after Caffe's layers)."""
+    if model_path.suffix == SUFFIXES[PYTORCH]:
+        return _check_pytorch(engine, model_path, files, tolerance, images, say)
     caffe, net_param, net = _load(engine, files)
     model = runtime.read_model(model_path)
     opset = _opset(model, model_path)
@@ -389,7 +486,29 @@ def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, to
     request = ExportRequest(files, model_path, opset, batch, tolerance, images,
                             with_preprocessing)
     source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, onnx_input, request)
-    result = verify.verify(net, converted, model, feeds, tolerance, batch, source, runtime.session_of)
+    result = verify.verify(net, converted, feeds, tolerance, batch, source, verify.onnx_runner(model, converted))
+    _reported(result, say, f"{model_path}: ", writing=False)
+    return result
+
+
+def _check_pytorch(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, tolerance: float,
+                   images: int | None, say: Callable[[str], None]) -> verify.Verification:
+    """``export.check`` of a PyTorch export: its model.py with the weights beside it, as written."""
+    torchnet.torch_module()
+    weights_file = weights_of(model_path)
+    try:
+        source, weights = model_path.read_text(), weights_file.read_bytes()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ExportError(f"cannot read the PyTorch export {model_path} and its weights {weights_file.name} "
+                          f"({e.strerror if isinstance(e, OSError) else 'not text'}): export the model again") from None
+    caffe, net_param, net = _load(engine, files, torchnet.refusals)
+    converted = torchnet.convert(net_param, net, _name(files), "", weights_file.name)
+    caffe_input, image_input = _io_names(converted, False)
+    p = _preprocessing(caffe, files, net_param, image_input)
+    request = ExportRequest(files, model_path, tolerance=tolerance, images=images, to=PYTORCH)
+    source_said, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, image_input, request)
+    result = verify.verify(net, converted, feeds, tolerance, None, source_said,
+                           torchnet.runner(source, weights, converted, str(model_path)))
     _reported(result, say, f"{model_path}: ", writing=False)
     return result
 

@@ -10,7 +10,6 @@ every layer which Caffe blob each of its outputs is, which is what :mod:`.verify
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ import onnx
 
 from caffetool.errors import ExportError
 from caffetool.export import onnxlayers
-from caffetool.export.caffelayer import Layer
+from caffetool.export.caffelayer import Layer, kept_layers
 from caffetool.export.onnxgraph import OnnxGraph, tensor
 
 DYNAMIC_BATCH = "N"
@@ -59,11 +58,7 @@ def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) 
     """``net_param`` (the deploy NetParameter) as ONNX, with the weights and shapes of ``net`` (the
     pycaffe net built from it); ``batch`` None makes the batch dimension dynamic."""
     refusals(net_param)
-    order = list(net._layer_names)
-    kept = [layer for layer in net_param.layer if layer.name in set(order)]
-    twice = [n for n, c in Counter(layer.name for layer in kept).items() if c > 1]
-    if twice:
-        raise ExportError(f"two layers are named {twice[0]!r}; give each layer its own name")
+    order, kept = kept_layers(net_param, net)
     g = OnnxGraph(opset)
     first = batch if batch is not None else DYNAMIC_BATCH
     inputs: dict[str, tuple[int, ...]] = {}

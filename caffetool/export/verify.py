@@ -1,11 +1,12 @@
-"""The export checked against Caffe: the same inputs through pycaffe and onnxruntime, layer by layer.
+"""An export checked against Caffe: the same inputs through pycaffe and the model, layer by layer.
 
 pycaffe runs the net one layer at a time (``Net._forward(i, i)``), so each layer's outputs are read
 right after that layer — including the versions of a blob that an in-place layer overwrites next.
-onnxruntime runs the model twice: once with every layer's output made a graph output (the layer
-table), and once as exported (the outputs a user gets, and top-1 agreement on them).
+onnxruntime runs an ONNX model twice: once with every layer's output made a graph output (the layer
+table), and once as exported (the outputs a user gets, and top-1 agreement on them); a PyTorch
+model runs once, each layer's outputs caught by a hook on its attribute (:mod:`.torchnet`).
 
-A layer's error is relative to its blob's scale: ``max |caffe - onnx| / max(|caffe|, |onnx|)`` over
+A layer's error is relative to its blob's scale: ``max |caffe - model| / max(|caffe|, |model|)`` over
 every image; a blob that is zero in both has error 0. A layer whose Caffe output is not finite
 (NaN or infinity: non-finite weights, or an overflow) fails the verification however well the model
 agrees, since such a model answers nothing useful. The verification fails at the first layer past
@@ -14,7 +15,7 @@ the tolerance or not finite.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,20 +39,20 @@ class LayerFigures:
     def rel(self) -> float:
         return self.max_abs / self.scale if self.scale > 0 else (0.0 if self.max_abs == 0 else float("inf"))
 
-    def add(self, caffe: np.ndarray, onnx_value: np.ndarray) -> None:
-        if caffe.shape != onnx_value.shape and caffe.size == onnx_value.size:
-            onnx_value = onnx_value.reshape(caffe.shape)  # Caffe keeps trailing 1-axes ONNX may not
-        if caffe.shape != onnx_value.shape:
+    def add(self, caffe: np.ndarray, value: np.ndarray) -> None:
+        if caffe.shape != value.shape and caffe.size == value.size:
+            value = value.reshape(caffe.shape)  # Caffe keeps trailing 1-axes a model may not
+        if caffe.shape != value.shape:
             self.max_abs = float("inf")
             return
         self.non_finite += int(caffe.size - np.count_nonzero(np.isfinite(caffe)))
-        finite = np.isfinite(caffe) & np.isfinite(onnx_value)
-        same_special = ~finite & ((caffe == onnx_value) | (np.isnan(caffe) & np.isnan(onnx_value)))
+        finite = np.isfinite(caffe) & np.isfinite(value)
+        same_special = ~finite & ((caffe == value) | (np.isnan(caffe) & np.isnan(value)))
         if not np.all(finite | same_special):
             self.max_abs = float("inf")
             return
         if finite.any():
-            a, b = caffe[finite].astype(np.float64), onnx_value[finite].astype(np.float64)
+            a, b = caffe[finite].astype(np.float64), value[finite].astype(np.float64)
             self.max_abs = max(self.max_abs, float(np.abs(a - b).max()))
             self.scale = max(self.scale, float(np.abs(a).max()), float(np.abs(b).max()))
 
@@ -102,28 +103,40 @@ class Verification:
                 "layers": [f.record() for f in self.layers]}
 
 
-def verify(net: Any, converted: Converted, model: onnx.ModelProto,
-           batches: Iterable[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]], tolerance: float,
-           batch: int | None, source: str, session: Any) -> Verification:
+Run = Callable[[dict[str, np.ndarray]], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
+
+
+def onnx_runner(model: onnx.ModelProto, converted: Converted) -> Run:
+    """The ONNX model's side of :func:`verify`: once with every layer's output made a graph output,
+    once as exported."""
+    names = [name for c in converted.compared for _, name in c.outputs]
+    every = runtime.session_of(model, names)
+    plain = runtime.session_of(model)
+
+    def run(fed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        return (dict(zip(names, runtime.run(every, names, fed))),
+                dict(zip(converted.outputs, runtime.run(plain, converted.outputs, fed))))
+    return run
+
+
+def verify(net: Any, converted: Converted, batches: Iterable[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+           tolerance: float, batch: int | None, source: str, run: Run) -> Verification:
     """Run every batch — (pycaffe's feeds, the model's feeds), input name -> (n, ...) array — through
-    pycaffe layer by layer and through the model (``session(model, outputs)`` makes an onnxruntime
-    session that also outputs those tensors), and compare."""
+    pycaffe layer by layer and through the model (``run(feeds)`` gives (every compared output, the
+    model's outputs), by name), and compare."""
     figures = [LayerFigures(c.layer, c.type, blob) for c in converted.compared for blob, _ in c.outputs]
     result = Verification(tolerance, source, figures, outputs=list(converted.outputs))
-    every = session(model, [name for c in converted.compared for _, name in c.outputs])
-    plain = session(model)
     blob_of = output_blobs(converted)
     final = converted.outputs[-1] if converted.outputs else None
+    names = [name for c in converted.compared for _, name in c.outputs]
     result.top1_agree = 0
-    for caffe_feeds, onnx_feeds in batches:
+    for caffe_feeds, model_feeds in batches:
         n = len(next(iter(caffe_feeds.values())))
-        fed = {k: _padded(v, batch) for k, v in onnx_feeds.items()}
+        fed = {k: _padded(v, batch) for k, v in model_feeds.items()}
         caffe_values = _caffe_layers(net, converted, {k: _padded(v, batch) for k, v in caffe_feeds.items()})
-        names = [name for c in converted.compared for _, name in c.outputs]
-        onnx_values = dict(zip(names, runtime.run(every, names, fed)))
+        layer_values, outputs = run(fed)
         for f, value, name in zip(figures, caffe_values, names):
-            f.add(value[:n], onnx_values[name][:n])
-        outputs = dict(zip(converted.outputs, runtime.run(plain, converted.outputs, fed)))
+            f.add(value[:n], layer_values[name][:n])
         for name in converted.outputs:
             mine = net.blobs[blob_of[name]].data[:n]
             theirs = outputs[name][:n].reshape(mine.shape)

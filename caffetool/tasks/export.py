@@ -1,12 +1,15 @@
-"""``caffetool export``: a trained model as ONNX, verified against Caffe layer by layer before it is written."""
+"""``caffetool export``: a trained model as ONNX or as PyTorch code, verified against Caffe layer by layer
+before it is written."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from invoke import Collection, Context
 
-from caffetool.choices import Limit, bounded, input_file, output_file
+from caffetool import extras
+from caffetool.choices import Limit, bounded, choose, input_file, output_file
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
 from caffetool.runs import runrecord
@@ -20,17 +23,20 @@ TOLERANCE = Limit("a relative tolerance", 0, 1, low_open=True)
 IMAGES = Limit("a number of images", 1, 1_000_000, kind=int)
 BATCH = Limit("a batch size", 1, 4096, kind=int)
 HELP = {
-    "run": "run name or directory: writes RUN/export/model.onnx and model.export.json",
+    "run": "run name or directory: writes RUN/export/model.onnx and model.export.json (model.py, model.pt and "
+           "model.pytorch.export.json with --to pytorch)",
+    "to": "onnx (the default) or pytorch: a model.py of one nn.Module and its state_dict beside it (NAME.pt)",
     "deploy": "deploy.prototxt (instead of a run)", "weights": ".caffemodel (with --deploy, or a snapshot of RUN)",
     "labels": "labels.txt (optional with --deploy): stored in the model's metadata",
-    "out": "the model file, .onnx (default: RUN/export/model.onnx; with --deploy, WEIGHTS-NAME.onnx here)",
-    "opset": "ONNX opset, 13 or later (default 17)",
-    "batch": "the batch dimension: dynamic (default) or a fixed number",
+    "out": "the model file, .onnx or with --to pytorch .py (default: RUN/export/model.onnx; with --deploy, "
+           "WEIGHTS-NAME.onnx here)",
+    "opset": "ONNX opset, 13 or later (default 17; ONNX only)",
+    "batch": "the batch dimension: dynamic (default) or a fixed number (ONNX only)",
     "mean": MODEL_HELP["mean"], "mean_values": MODEL_HELP["mean_values"], "scale": MODEL_HELP["scale"],
     "channel_swap": MODEL_HELP["channel_swap"], "raw_scale": MODEL_HELP["raw_scale"],
     "image_dims": MODEL_HELP["image_dims"],
     "with_preprocessing": "the graph takes images (N x H x W x C in [0, 1]) and does the mean, scale and "
-                          "channel order itself",
+                          "channel order itself (ONNX only)",
     "tolerance": "largest error allowed per layer, relative to the blob's scale (default 1e-4)",
     "images": "how many images to verify on (default: the run's first 10,000 test images, else 16 drawn)",
     "runs_dir": "where runs are",
@@ -39,30 +45,48 @@ HELP = {
 
 @task(default=True, help=HELP)
 def export(c: Context, run: str | None = None, deploy: str | None = None, weights: str | None = None,
-           labels: str | None = None, out: str | None = None, opset: str = "17", batch: str = "dynamic",
-           mean: str | None = None, mean_values: str | None = None, scale: str | None = None,
-           channel_swap: str | None = None, raw_scale: str | None = None, image_dims: str | None = None,
-           with_preprocessing: bool = False, tolerance: str = "1e-4", images: str | None = None,
-           runs_dir: str | None = None) -> None:
-    """Export a run (or --deploy/--weights) to ONNX, verified against Caffe layer by layer; nothing is written
-    past the tolerance."""
-    from caffetool.export import exporter  # noqa: PLC0415 - onnx only when exporting
+           labels: str | None = None, out: str | None = None, to: str = "onnx", opset: str | None = None,
+           batch: str | None = None, mean: str | None = None, mean_values: str | None = None,
+           scale: str | None = None, channel_swap: str | None = None, raw_scale: str | None = None,
+           image_dims: str | None = None, with_preprocessing: bool = False, tolerance: str = "1e-4",
+           images: str | None = None, runs_dir: str | None = None) -> None:
+    """Export a run (or --deploy/--weights) to ONNX or PyTorch, verified against Caffe layer by layer; nothing
+    is written past the tolerance."""
+    from caffetool.export import exporter, torchnet  # noqa: PLC0415 - onnx only when exporting
 
+    form = choose(to, exporter.SUFFIXES, "--to")
+    if form == exporter.PYTORCH:
+        extras.need("pytorch", "caffetool export --to pytorch", torchnet.CPU_BUILD)
+        given = [flag for flag, value in (("--opset", opset), ("--batch", batch),
+                                          ("--with-preprocessing", with_preprocessing or None)) if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]} is for ONNX exports; a PyTorch module takes any batch and its "
+                              "preprocessing stays the caller's (see the record's \"preprocessing\")")
     files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
                    runs_dir)
+    suffix = exporter.SUFFIXES[form]
     target = output_file(out, "--out") if out else (
-        RunFolder(files.run).export / exporter.MODEL if files.run else Path.cwd() / f"{files.weights.stem}.onnx")
-    request = exporter.ExportRequest(files, target, int(bounded(opset, "--opset", Limit("an opset", 1, 10_000,
-                                                                                            kind=int))),
-                                     _batch(batch), float(bounded(tolerance, "--tolerance", TOLERANCE)),
-                                     _images(images), with_preprocessing)
+        (RunFolder(files.run).export / exporter.MODEL).with_suffix(suffix) if files.run
+        else Path.cwd() / f"{_module_name(files.weights.stem) if form == exporter.PYTORCH else files.weights.stem}"
+                          f"{suffix}")
+    request = exporter.ExportRequest(files, target, int(bounded(opset or "17", "--opset",
+                                                                Limit("an opset", 1, 10_000, kind=int))),
+                                     _batch(batch or "dynamic"), float(bounded(tolerance, "--tolerance", TOLERANCE)),
+                                     _images(images), with_preprocessing, form)
     result = exporter.export(locate(c.engine.prefix, probe=False), request)
-    print(f"wrote {result.model} and {result.record} (verified in {result.seconds['verify']:.1f} s)")
+    weights_file = f", {exporter.weights_of(result.model)}" if form == exporter.PYTORCH else ""
+    print(f"wrote {result.model}{weights_file} and {result.record} (verified in {result.seconds['verify']:.1f} s)")
 
 
-@task(positional=["model"], help={**{k: v for k, v in HELP.items() if k not in ("out", "opset", "batch",
+def _module_name(stem: str) -> str:
+    """A weights file's name as a module Python can import: ``bvlc-net.caffemodel`` -> ``bvlc_net``."""
+    name = re.sub(r"\W", "_", stem)
+    return name if name and not name[0].isdigit() else f"model_{name}"
+
+
+@task(positional=["model"], help={**{k: v for k, v in HELP.items() if k not in ("out", "to", "opset", "batch",
                                                                                 "with_preprocessing")},
-                                  "model": "the .onnx file to check",
+                                  "model": "the .onnx file (or a PyTorch export's .py) to check",
                                   "run": "the run it was exported from (default: what the model's record names)"})
 def check(c: Context, model: str, run: str | None = None, deploy: str | None = None, weights: str | None = None,
           labels: str | None = None, mean: str | None = None, mean_values: str | None = None,
