@@ -113,12 +113,7 @@ def _opencv(engine: EngineInfo, net: Any, deploy: Path, weights: Path, score: st
 
     files = ModelFiles(deploy, weights, RunFolder(deploy.parent).labels, run=deploy.parent)
     forward = opencv.forward_of(engine, files, net, [score, output])
-
-    def run(blob: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        scores, probs = forward(blob)
-        return scores, probs
-
-    return run  # (scores, probabilities), as the other backends give them
+    return lambda blob: tuple(forward(blob))  # (scores, probabilities), as the other backends give them
 
 
 def _onnxruntime(engine: EngineInfo, deploy: Path, weights: Path, score: str,

@@ -49,13 +49,12 @@ def _from_export(engine: EngineInfo, files: ModelFiles, blobs: list[str]) -> Any
 
     path = exporter.verified_export(engine, files)
     model = onnx.load(str(path))
-    outputs = {o.name for o in model.graph.output}
-    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    for name in blobs:
-        if name not in outputs:
-            if name not in inferred:
-                raise NetError(f"{path} has no tensor {name!r} with a known shape for OpenCV to return")
-            model.graph.output.append(inferred[name])
+    wanted = [name for name in blobs if name not in {o.name for o in model.graph.output}]
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info} if wanted else {}
+    for name in wanted:
+        if name not in inferred:
+            raise NetError(f"{path} has no tensor {name!r} with a known shape for OpenCV to return")
+        model.graph.output.append(inferred[name])
     return _read(cv2.dnn.readNetFromONNX, np.frombuffer(model.SerializeToString(), np.uint8), what=path)
 
 
