@@ -23,6 +23,8 @@ class Extra:
 
 
 EXTRAS = {
+    "sweep": Extra(("ray", "optuna"), "Ray Tune and Optuna"),
+    "mlflow": Extra(("mlflow",), "MLflow"),
     "pytorch": Extra(("torch",), "PyTorch"),
     "notebook": Extra(("ipykernel", "nbclient", "nbformat"), "Jupyter's kernel and notebook runner"),
 }

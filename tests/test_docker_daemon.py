@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(1500)]
 
 DEBIAN_DOCKER = Path("/usr/bin/docker")  # docker.io's client; another Docker may come first on PATH
 RUN = "docker100"
+CORE_VENV_MB = 900
 
 
 def _wait(what: str, ready, seconds: float) -> None:
@@ -122,6 +123,13 @@ def test_cpu_image_trains_with_host_folders_and_serves_the_demo(image, docker_en
     labels = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
                             capture_output=True, text=True, check=True).stdout
     assert dockerimg.recipe_label().replace('"', '\\"') in labels and '"org.caffetool.variant":"cpu"' in labels
+    size = int(subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", image],
+                              capture_output=True, text=True, check=True).stdout)
+    parts = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "du", image, "-sm",
+                            "/opt/venv", "/opt/caffe", "/usr"], capture_output=True, text=True, check=True).stdout
+    print(f"the CPU image: {size / 1e6:.0f} MB; MB in: {' '.join(parts.split())}")
+    venv_mb = int(parts.split()[0])
+    assert venv_mb <= CORE_VENV_MB  # caffetool's core, as tests/test_extras.py bounds a fresh venv of it
 
     c = _context()
     docker.train(c, variant="cpu", network="none", data_dir=str(data), runs_dir=str(runs),

@@ -5,7 +5,7 @@ a trial), read back with the HParams plugin's own backend, and the real ``tensor
 One sweep of 8 trials (a grid of ``base_lr`` and ``type`` with a sampled ``momentum``, 2 samples)
 serves every test but one; a sweep of a project whose net Caffe refuses at one batch size gives a
 failed trial. With ``CAFFETOOL_SCREENSHOTS=FOLDER`` the browser tests also save their screenshots there
-as ``tensorboard-hparams.png`` and ``mlflow-sweep.png`` (the README's images).
+as ``tensorboard-hparams.png`` and ``mlflow-sweep.png`` (the documentation's images).
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def new_page(browser):  # noqa: F811 - the fixture imported above
 
 
 def keep(shot: Path) -> None:
-    """The screenshot, also in ``CAFFETOOL_SCREENSHOTS`` when that names a folder (the README's images)."""
+    """The screenshot, also in ``CAFFETOOL_SCREENSHOTS`` when that names a folder (the documentation's images)."""
     assert shot.stat().st_size > 10_000
     if folder := os.environ.get("CAFFETOOL_SCREENSHOTS"):
         Path(folder).mkdir(parents=True, exist_ok=True)

@@ -51,7 +51,7 @@ def refusals(net_param: Any) -> None:
                               f"{onnxlayers.REFUSED[layer.type]}")
         if layer.type not in onnxlayers.CONVERTERS and layer.type not in ("Input", "Silence"):
             raise ExportError(f"layer {layer.name!r} has type {layer.type!r}, which is not a BVLC Caffe 1.0 layer "
-                              "the export covers (see the README's list of layers)")
+                              "the export covers (see the export guide's list of layers, docs/guides/export.md)")
 
 
 def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) -> Converted:

@@ -7,7 +7,7 @@ C x H x W, reorder the channels (``channel_swap``), multiply by ``raw_scale``, s
 multiply by ``input_scale``. A grey net trained by caffetool is the same with ``raw_scale`` 255 and
 no swap: its pixels minus the mean, times Caffe's ``transform_param.scale``.
 
-Metadata keys (ONNX ``metadata_props``, strings; JSON where structured), documented in the README:
+Metadata keys (ONNX ``metadata_props``, strings; JSON where structured), documented in docs/guides/export.md:
 ``caffetool.preprocessing`` (the steps, below), ``caffetool.mean_image`` (a (C, H, W) mean, as the
 base64 of a ``.npy``, when the mean is an image), ``caffetool.labels`` (JSON list of class names),
 ``caffetool.preprocessing_in_graph`` (``true`` when :func:`prepend` made the graph take images).

@@ -32,6 +32,26 @@ NAMES = {
     "export": "export",
 }
 TEST_NET = "test_net_{index}.prototxt"  # a --solver run's test nets
+# What each entry holds, as the documentation's reference page shows it (docs/hooks.py)
+CONTENTS = {
+    "manifest": "the run's record: settings, data set with checksums, engine build, devices, outcome, final "
+                "figures, evaluations, where it is tracked",
+    "lock": "held while the manifest is read, changed and written back",
+    "solver": "the solver Caffe trained with",
+    "train_val": "the net a `--model` run trained and tested",
+    "deploy": "the net for inference: the demo, `evaluate`, `export`",
+    "train_net": "a `--solver` run's train net, as its solver names it (its test nets: `test_net_N.prototxt`)",
+    "labels": "the class names, one per line",
+    "log": "Caffe's own output as it trained",
+    "test_log": "`caffe test`'s output on the final weights",
+    "metrics_csv": "every logged iteration and test: loss, learning rate, outputs, seconds",
+    "metrics_json": "the same, as JSON",
+    "snapshots": "`.caffemodel` and `.solverstate` files, as Caffe snapshots them",
+    "tensorboard": "TensorBoard event files, written as it trains",
+    "plots": "loss, accuracy and learning-rate curves (PNG)",
+    "evaluations": "one folder per evaluated weights: confusion matrix, per-class figures, mistakes",
+    "export": "the run's verified ONNX (and PyTorch) exports with their records",
+}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Collection
 
-from caffetool import notebooks
+from caffetool import extras, notebooks
 from caffetool.choices import input_file, number, output_file
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
@@ -20,6 +20,7 @@ from caffetool.tasks._common import task
             "prefix": "register it under this prefix's share/jupyter instead"})
 def kernel(c: Any, name: str = notebooks.KERNEL_NAME, user: bool = False, prefix: str | None = None) -> None:
     """Register a Jupyter kernel whose Python imports the engine's pycaffe (needs the notebook extra)."""
+    extras.need("notebook", "caffetool notebook.kernel")
     engine = locate(c.engine.prefix)
     where = notebooks.install_kernel(engine, name, user, Path(prefix).absolute() if prefix else None)
     print(f"Kernel '{name}' registered in {where}: pick it in Jupyter (for example `jupyter lab`, after "
@@ -33,6 +34,7 @@ def kernel(c: Any, name: str = notebooks.KERNEL_NAME, user: bool = False, prefix
     "cwd": "the folder the notebook runs in (default: its own)"})
 def run(c: Any, notebook: str, out: str | None = None, timeout: str = "600", cwd: str | None = None) -> None:
     """Run a notebook on the engine's pycaffe and write the executed copy (needs the notebook extra)."""
+    extras.need("notebook", "caffetool notebook.run")
     path = input_file(notebook, "NOTEBOOK").absolute()
     target = output_file(out or path.with_name(f"{path.stem}-executed{path.suffix}"), "--out")
     seconds = number(timeout, "--timeout", minimum=1)

@@ -6,6 +6,7 @@ from typing import Any
 
 from invoke import Collection
 
+from caffetool import extras
 from caffetool.sweep import resident
 from caffetool.tasks._common import task
 
@@ -14,6 +15,7 @@ from caffetool.tasks._common import task
             "gpus": "GPUs Ray may give trials (default: those it finds)"})
 def start(c: Any, cpus: str | None = None, gpus: str | None = None) -> None:
     """Start a Ray on this machine for sweeps to attach to (--address auto): its start-up paid once."""
+    extras.need("sweep", "caffetool ray.start")
     resident.start(cpus, gpus)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from invoke import Collection, Exit
 
+from caffetool import extras
 from caffetool.choices import input_file
 from caffetool.engine import locate
 from caffetool.errors import RunError
@@ -44,6 +45,7 @@ def run(c: Any, param: list[str] | None = None, metric: str = "test/accuracy", m
         test_batch_size: str | None = None, data_dir: str | None = None, runs_dir: str | None = None,
         tracking_uri: str | None = None, experiment: str | None = None, *, solver_flags: dict[str, Any]) -> None:
     """Sweep training settings on Ray Tune: one trial per GPU or per few cores, ASHA early stopping."""
+    extras.need("sweep", "caffetool sweep")
     flags = solver_flags  # --mode here is max|min, not the solver's
     fixed = {k: v for k, v in {**flags, "batch_size": batch_size, "test_batch_size": test_batch_size}.items()
              if v not in (None, "", [])}
@@ -64,6 +66,7 @@ def run(c: Any, param: list[str] | None = None, metric: str = "test/accuracy", m
             "runs_dir": "where runs are"})
 def resume(c: Any, name: str, address: str | None = None, runs_dir: str | None = None) -> None:
     """Continue an interrupted sweep (Ray Tune's restore): unfinished trials continue from their snapshots."""
+    extras.need("sweep", "caffetool sweep.resume")
     sweep_dir = sweeprecord.find(Path(pick(runs_dir, c.runs.dir)), name)
     outcome = launch.resume(sweep_dir, locate(c.engine.prefix, probe=False, gpus=True), address=address)
     finish(outcome, sweeprecord.read_plan(sweep_dir).metric)

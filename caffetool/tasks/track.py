@@ -7,7 +7,7 @@ from typing import Any
 
 from invoke import Collection
 
-from caffetool import track
+from caffetool import extras, track
 from caffetool.engine import import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.runs import runrecord
@@ -28,6 +28,7 @@ def import_(c: Any, runs: str, runs_dir: str | None = None, tracking_uri: str | 
     """Log earlier runs to MLflow from their folders: params, metrics, tags, artifacts."""
     from caffetool.track import importer  # noqa: PLC0415 - MLflow's modules only for this task
 
+    extras.need("mlflow", "caffetool track.import")
     root = Path(pick(runs_dir, c.runs.dir))
     names = [r.strip() for r in runs.split(",") if r.strip()]  # a folder's name may hold spaces
     if not names:

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from caffetool import fsio, track
+from caffetool import extras, fsio, track
 from caffetool.data import layout, lookup
 from caffetool.engine import EngineInfo, cpu_threads, cudnn_settings, import_caffe
 from caffetool.engine.locate import caffe_env
@@ -302,6 +302,10 @@ def _train_and_record(argv: list[str], record: runrecord.Record, max_iter: int, 
     ownership.keep_room(run_dir)
     title = f"{run_dir.name}: {manifest.model or 'net'} on {manifest.dataset.get('name', 'its data')}"
     events: runevents.RunEvents | None = None
+    if tracking is not None and extras.missing("mlflow") is not None:
+        say(f"note: {run_dir.name} is not tracked: MLflow is not installed here ({extras.install_command('mlflow')} "
+            f"tracks every training; `caffetool track.import {run_dir.name}` then logs this one)")
+        tracking = None
     tracker = LiveRun(tracking, run_dir, parser.metrics, caffe_pb2, say, continue_run) if tracking else None
     try:
         events = runevents.RunEvents(RunFolder(run_dir).tensorboard, parser.metrics)

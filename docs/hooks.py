@@ -1,0 +1,89 @@
+"""MkDocs hooks: the reference pages written from the code at build time, so they cannot drift from it.
+
+A page holds a marker (``<!-- generated: NAME -->``) where :data:`GENERATED` writes its text: every
+task with every option (from the Invoke collection ``caffetool.tasks.ns``, as ``caffetool TASK
+--help`` shows them), the settings (``caffetool.tasks.settings.SETTINGS`` with their defaults), the
+extras (``caffetool.extras.EXTRAS``), a run's folder (``caffetool.runs.folder``), and benchmarks/RESULTS.md, which lives beside the scripts
+that produce it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def tasks_page() -> str:
+    from caffetool.tasks import ns
+
+    out = []
+    for name in sorted(ns.task_names):
+        task, _ = ns.task_with_config(name)
+        shown = min(ns.task_names[name], key=len, default=name)  # a group's default task by the group's name
+        doc = inspect.cleandoc(task.__doc__ or "").replace("\n", " ")
+        out += [f"## `caffetool {shown}`", "", doc, ""]
+        arguments = [a for a in task.get_arguments() if a.name != "solver_flags"]
+        if not arguments:
+            out += ["No options.", ""]
+            continue
+        out += ["| option | default | what it is |", "| --- | --- | --- |"]
+        for a in arguments:
+            flag = a.name.replace("_", "-")
+            flag = flag.upper() if a.positional else f"--{flag}"
+            default = "" if a.default in (None, False, [], "") else f"`{a.default}`"
+            out.append(f"| `{flag}` | {default} | {_cell(a.help or '')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def settings_page() -> str:
+    from caffetool.tasks.settings import SETTINGS, TASK_DEFAULTS
+
+    out = ["| setting | holds | default |", "| --- | --- | --- |"]
+    for section, keys in SETTINGS.items():
+        for key, holds in keys.items():
+            kind = " or ".join(f"`{v}`" for v in holds) if isinstance(holds, tuple) else _cell(holds)
+            default = TASK_DEFAULTS.get(section, {}).get(key)
+            out.append(f"| `{section}.{key}` | {kind} | {'' if default is None else f'`{default}`'} |")
+    return "\n".join(out)
+
+
+def extras_page() -> str:
+    from caffetool.extras import EXTRAS, install_command
+
+    out = ["| extra | adds | install |", "| --- | --- | --- |"]
+    for name, extra in EXTRAS.items():
+        out.append(f"| `{name}` | {extra.brings} | `{install_command(name)}` |")
+    return "\n".join(out)
+
+
+def run_folder_page() -> str:
+    from caffetool.runs.folder import CONTENTS, NAMES
+
+    out = ["| in `runs/NAME/` | what it holds |", "| --- | --- |"]
+    for key, name in NAMES.items():
+        out.append(f"| `{name}{'/' if '.' not in name else ''}` | {_cell(CONTENTS[key])} |")
+    return "\n".join(out)
+
+
+def results_page() -> str:
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    return text.split("\n", 1)[1] if text.startswith("# ") else text
+
+
+GENERATED = {"tasks": tasks_page, "settings": settings_page, "extras": extras_page, "run-folder": run_folder_page,
+             "results": results_page}
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ANN001 - MkDocs' hook signature
+    for name, make in GENERATED.items():
+        marker = f"<!-- generated: {name} -->"
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
+    return markdown

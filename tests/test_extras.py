@@ -1,0 +1,93 @@
+"""The core install and its extras: ``pip install caffetool`` into a fresh virtual environment of the
+test's own (the project as pip builds it, no extra), where every extra's task refuses in one line
+naming the ``pip install`` that adds it, and a training runs untracked, saying so once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from caffetool import extras
+
+from .test_project_cli import folder_state
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE_MIB = 900  # at most half of the 1.8 GB the venv weighed with every part in the core
+PIP_TIMEOUT = 1200
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory) -> Path:
+    """A venv with caffetool's core alone, installed by pip from the checkout (not editable)."""
+    venv = tmp_path_factory.mktemp("core-install") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(ROOT)],
+                          capture_output=True, text=True, timeout=PIP_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return venv
+
+
+def command(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("INVOKE_")}
+    env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '')}"
+    return subprocess.run([str(venv / "bin" / "caffetool"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+
+
+def size_mib(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20
+
+
+def test_the_core_holds_no_extra_and_weighs_at_most_half_of_everything(core):
+    found = subprocess.run([str(core / "bin" / "python"), "-c", "import importlib.util, sys; print(' '.join(m for m "
+                            "in sys.argv[1:] if importlib.util.find_spec(m)))",
+                            *(m for extra in extras.EXTRAS.values() for m in extra.modules)],
+                           capture_output=True, text=True, check=True, timeout=60)
+    assert found.stdout.split() == []
+    assert size_mib(core) <= CORE_MIB
+
+
+REFUSALS = {
+    "sweep": (("sweep", "--param", "base_lr=0.01,0.1"), "caffetool sweep"),
+    "sweep.resume": (("sweep.resume", "some-sweep"), "caffetool sweep.resume"),
+    "ray.start": (("ray.start",), "caffetool ray.start"),
+    "track.import": (("track.import", "some-run"), "caffetool track.import"),
+    "notebook.kernel": (("notebook.kernel",), "caffetool notebook.kernel"),
+    "notebook.run": (("notebook.run", "notebook.ipynb"), "caffetool notebook.run"),
+    "export --to pytorch": (("export", "--deploy", "deploy.prototxt", "--weights", "w.caffemodel", "--to", "pytorch"),
+                            "caffetool export --to pytorch"),
+}
+EXTRA_OF = {"sweep": "sweep", "sweep.resume": "sweep", "ray.start": "sweep", "track.import": "mlflow",
+            "notebook.kernel": "notebook", "notebook.run": "notebook", "export --to pytorch": "pytorch"}
+
+
+@pytest.mark.parametrize("task", REFUSALS)
+def test_a_task_whose_extra_is_missing_says_which_pip_install_adds_it_and_does_nothing(core, tmp_path, task):
+    args, named = REFUSALS[task]
+    for name in ("deploy.prototxt", "w.caffemodel", "notebook.ipynb"):
+        (tmp_path / name).write_text("{}\n")
+    before = folder_state(tmp_path)
+    done = command(core, *args, cwd=tmp_path)
+    extra = extras.EXTRAS[EXTRA_OF[task]]
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {named} needs {extra.brings}, which "), done.stderr
+    assert f"not installed here: pip install 'caffetool[{EXTRA_OF[task]}]'" in lines[0]
+    assert folder_state(tmp_path) == before
+
+
+@pytest.mark.engine
+def test_a_training_in_the_core_runs_untracked_and_says_so_once(core, fashion_data, tmp_path):
+    done = command(core, "train", "--dataset", "fashion-mnist", "--data-dir", str(fashion_data.path.parent),
+                   "--runs-dir", str(tmp_path / "runs"), "--name", "core", "--max-iter", "20", "--test-interval", "20",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    said = (done.stdout + done.stderr).count("is not tracked: MLflow is not installed here (pip install "
+                                             "'caffetool[mlflow]' tracks every training")
+    assert said == 1, done.stdout + done.stderr
+    assert (tmp_path / "runs" / "core" / "manifest.json").is_file()
+    assert not (tmp_path / "runs" / "mlflow.db").exists()
