@@ -3,13 +3,16 @@
 A page holds a marker (``<!-- generated: NAME -->``) where :data:`GENERATED` writes its text: every
 task with every option (from the Invoke collection ``caffetool.tasks.ns``, as ``caffetool TASK
 --help`` shows them), the settings (``caffetool.tasks.settings.SETTINGS`` with their defaults), the
-extras (``caffetool.extras.EXTRAS``), a run's folder (``caffetool.runs.folder``), and benchmarks/RESULTS.md, which lives beside the scripts
-that produce it.
+extras (``caffetool.extras.EXTRAS``), a run's folder (``caffetool.runs.folder``), the demo server's HTTP
+routes (``caffetool.demo.webapp.ROUTES``, the table the server is built from) and the status each
+error is answered with (``STATUS``), and
+benchmarks/RESULTS.md, which lives beside the scripts that produce it.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,13 +75,37 @@ def run_folder_page() -> str:
     return "\n".join(out)
 
 
+def routes_page() -> str:
+    from caffetool.demo.webapp import ROUTES
+
+    out = ["| method | path | answers |", "| --- | --- | --- |"]
+    for endpoint in ROUTES:
+        out.append(f"| {' '.join(endpoint.methods)} | `{endpoint.path}` | {_cell(endpoint.answers)} |")
+    return "\n".join(out)
+
+
+def statuses_page() -> str:
+    from caffetool.demo.webapp import STATUS
+
+    out = ["| status | error | when |", "| --- | --- | --- |"]
+    for kind, status in STATUS:
+        first = inspect.cleandoc(kind.__doc__ or "").split("\n\n")[0]
+        out.append(f"| {status} | `{kind.__name__}` | {_cell(_from_rst(first))} |")
+    return "\n".join(out)
+
+
+def _from_rst(text: str) -> str:
+    """A docstring's reStructuredText roles and literals as Markdown code."""
+    return re.sub(r":\w+:`[~.]*([^`]+)`", r"`\1`", text).replace("``", "`")
+
+
 def results_page() -> str:
     text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
     return text.split("\n", 1)[1] if text.startswith("# ") else text
 
 
 GENERATED = {"tasks": tasks_page, "settings": settings_page, "extras": extras_page, "run-folder": run_folder_page,
-             "results": results_page}
+             "routes": routes_page, "http-errors": statuses_page, "results": results_page}
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ANN001 - MkDocs' hook signature

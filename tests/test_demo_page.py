@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from caffetool.data import datum, db
-from caffetool.demo import multipart
+from caffetool.demo import multipart, webapp
+from caffetool.demo.routetable import Endpoint, RouteTableError, routed
 from caffetool.runpage import examples, runview
 
 from .conftest import PROJECT
@@ -304,6 +305,40 @@ def test_visualize_bodies_have_the_same_limits(server):
 
 
 # --- refusals shared by every route
+
+def test_every_route_of_the_table_is_served_and_no_other(server, run_copy):
+    """The table the server and the documentation are built from: a GET route answers 200, a POST
+    route reaches its handler (an empty body is refused by it, not by the router), and each route
+    refuses the methods it does not list."""
+    model = httpx.get(f"{server}/api/model").json()["name"]
+    filled = {"name": "0.png", "model": model, "version": "1"}
+    for endpoint in webapp.ROUTES:
+        path = endpoint.path.format(**filled)
+        if endpoint.path.startswith("/run/plots/"):
+            path = f"/run/plots/{next(iter(runview.RunView(run_copy).plots()))}"
+        if endpoint.path.startswith("/run/eval/"):
+            path = "/run/eval/confusion.png"
+        method = endpoint.methods[0]
+        r = httpx.request(method, f"{server}{path}", content=b"")
+        if method == "GET" or endpoint.path == "/v2/repository/index":
+            assert r.status_code == 200, (path, r.text[:200])
+        else:
+            assert r.status_code in (400, 415, 422) and r.json()["error"] not in ("Not Found", "Method Not Allowed"), (
+                path, r.status_code, r.text[:200])
+        other = "POST" if method == "GET" else "GET"
+        assert httpx.request(other, f"{server}{path}").status_code == 405, (other, path)
+
+
+def test_a_route_table_and_its_handlers_must_agree():
+    async def handler(request):
+        return None
+
+    table = (Endpoint("/a", "a", ""), Endpoint("/b", "b", "", ("POST",)))
+    assert [(r.path, sorted(r.methods)) for r in routed(table, {"a": handler, "b": handler})] == [
+        ("/a", ["GET", "HEAD"]), ("/b", ["POST"])]
+    with pytest.raises(RouteTableError, match=r"rows without a handler \['b'\], handlers without a row \['c'\]"):
+        routed(table, {"a": handler, "c": handler})
+
 
 def test_unknown_routes_and_methods_are_json(server):
     r = httpx.get(f"{server}/api/nothing")

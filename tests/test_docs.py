@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from caffetool.demo import webapp
 from caffetool.runs import folder
 from caffetool.tasks import ns
 
 ROOT = Path(__file__).resolve().parent.parent
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 FRONT_PAGE_LINES = 150
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+CODE = re.compile(r"`([^`\n]+)`|^(?: {4,}|\t)(.+)$", re.M)  # inline code, and indented code blocks' lines
 
 
 def build(project: Path, site: Path) -> subprocess.CompletedProcess:
@@ -51,15 +54,19 @@ def test_the_site_builds_in_strict_mode_with_every_task_and_setting(tmp_path):
     assert set(folder.CONTENTS) == set(folder.NAMES)  # every entry of a run's folder described
     run_folder = (tmp_path / "site" / "reference" / "run-folder" / "index.html").read_text()
     assert all(name in run_folder for name in folder.NAMES.values())
+    http = (tmp_path / "site" / "reference" / "http" / "index.html").read_text()
+    assert all(f"<code>{endpoint.path}</code>" in http for endpoint in webapp.ROUTES)
+    assert all(f"<code>{kind.__name__}</code>" in http for kind, _ in webapp.STATUS)
 
 
-def test_a_broken_link_fails_the_build_naming_it(tmp_path):
+@pytest.mark.parametrize("link", ["no-such-page.md", "../explanation/engine.md#no-such-section"])
+def test_a_broken_link_fails_the_build_naming_it(tmp_path, link):
     project = copy_of_the_docs(tmp_path)
     page = project / "docs" / "guides" / "data.md"
-    page.write_text(page.read_text() + "\nSee [the missing page](no-such-page.md).\n")
+    page.write_text(page.read_text() + f"\nSee [the missing part]({link}).\n")
     done = build(project, tmp_path / "site")
     assert done.returncode == 1
-    assert "no-such-page.md" in done.stderr
+    assert link.split("/")[-1] in done.stderr
 
 
 def test_the_readme_is_a_short_front_page_whose_links_and_tasks_are_real():
@@ -79,3 +86,57 @@ def test_the_tasks_a_page_names_exist(page):
     tasks = {name for name in ns.task_names} | {alias for aliases in ns.task_names.values() for alias in aliases}
     named = set(re.findall(r"`caffetool ([a-z][\w.-]*)", (ROOT / page).read_text()))
     assert named <= tasks | {"TASK"}, named - tasks
+
+
+def commands(text: str) -> list[tuple[str, str]]:
+    """``(task, the rest)`` of every ``caffetool TASK ...`` written as code, continuation lines joined,
+    up to a shell ``&&`` or comment."""
+    found = []
+    for inline, block in CODE.findall(re.sub(r"\\\n\s*", " ", text)):
+        for match in re.finditer(r"(?:^|\s|&& )caffetool ([a-z][\w.-]*)(.*?)(?=&&|\s#\s|$)", inline or block):
+            found.append((match.group(1), " ".join(match.group(2).split())))
+    return found
+
+
+def flags_of(task_name: str) -> set[str]:
+    """The long options ``caffetool TASK`` accepts, as Invoke parses them (``--no-X`` for a flag on
+    by default)."""
+    task, _ = ns.task_with_config(task_name)
+    flags = {"--help"}
+    for a in task.get_arguments():
+        flags |= {f"--{name}" for name in a.names if len(name) > 1}
+        if a.kind is bool and a.default is True:
+            flags.add(f"--no-{a.name.replace('_', '-')}")
+    return flags
+
+
+def test_commands_are_found_in_code_and_continued_lines():
+    text = ("Run `caffetool train --max-iter 2000` or\n\n    caffetool evaluate RUN \\\n        --top 3  # a comment --x\n\n"
+            "caffetool builds it (prose), `caffetool a && caffetool b --c`.")
+    assert commands(text) == [("train", "--max-iter 2000"), ("evaluate", "RUN --top 3"), ("a", ""), ("b", "--c")]
+
+
+@pytest.mark.parametrize("page", [str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_option_a_page_shows_is_one_its_task_takes(page):
+    """The example commands of the README and the site: each task exists and takes each ``--option``
+    shown (values in quotes, such as ``--args "--gpu all"``, are another program's)."""
+    wrong = []
+    for task, rest in commands((ROOT / page).read_text()):
+        if task == "TASK":
+            continue
+        if task not in ns.task_names and not any(task in aliases for aliases in ns.task_names.values()):
+            wrong.append(f"caffetool {task}: no such task")
+            continue
+        shown = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", re.sub(r'"[^"]*"', "", rest)))
+        wrong += [f"caffetool {task} {flag}" for flag in sorted(shown - flags_of(task))]
+    assert not wrong, wrong
+
+
+def test_a_page_names_another_section_by_a_link_not_by_its_title():
+    """A heading quoted in the text ("see "Every CPU core"") is a link, which the strict build checks."""
+    headings = {h for p in [*PAGES, ROOT / "benchmarks" / "RESULTS.md"]
+                for h in re.findall(r"^#{2,6} (.+)$", p.read_text(), re.M)}
+    quoted = [(str(p.relative_to(ROOT)), title) for p in PAGES
+              for title in re.findall(r'(?<![\[(])"([^"\n]{4,80})"(?!\])', p.read_text())
+              if title in headings or len(title) >= 12 and any(h.startswith(title) for h in headings)]
+    assert not quoted, quoted

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from caffetool import __version__
 from caffetool.demo import oip
+from caffetool.demo.routetable import Endpoint, Handler
 from caffetool.inference import preprocess
 from caffetool.serving.batcher import Batcher, off_loop, unless_left
 from caffetool.serving.catalog import Catalog, Served
@@ -32,11 +32,29 @@ from caffetool.serving.classifier import Classifier
 IMAGE = "image"
 EXTENSIONS = ["classification", "binary_tensor_data"]
 MAX_IMAGES = 64  # encoded images one request may carry
+MODEL = "/v2/models/{model}"
+VERSION = "/v2/models/{model}/versions/{version}"
+
+ROUTES = (
+    Endpoint("/v2", "server", "server metadata: name, version and the extensions served"),
+    Endpoint("/v2/health/live", "healthy", "200 while the server runs"),
+    Endpoint("/v2/health/ready", "healthy", "200 once every model is loaded (they load before the server listens)"),
+    Endpoint("/v2/repository/index", "index", "Triton's repository index: every model version, all READY",
+             ("POST",)),
+    Endpoint(MODEL, "model", "model metadata: versions, inputs (the FP32 input blob, or `image` as BYTES) and output"),
+    Endpoint(f"{MODEL}/ready", "ready", "200 for a served model, 404 otherwise"),
+    Endpoint(f"{MODEL}/infer", "infer", "inference on the model's highest version: probabilities, or the top k "
+             "with the classification extension; JSON or binary tensors", ("POST",)),
+    Endpoint(VERSION, "model", "the same, for one version"),
+    Endpoint(f"{VERSION}/ready", "ready", "the same, for one version"),
+    Endpoint(f"{VERSION}/infer", "infer", "the same, for one version", ("POST",)),
+)
 
 
-def routes(catalog: Catalog, max_body: int, read_body: Callable[[Request, int], Awaitable[bytes]]) -> list[Route]:
-    """The ``/v2`` routes for the models of ``catalog``, each one's forward passes through its batcher;
-    ``read_body`` reads a request's body within ``max_body``."""
+def handlers(catalog: Catalog, max_body: int, read_body: Callable[[Request, int], Awaitable[bytes]]
+             ) -> dict[str, Handler]:
+    """The handlers of :data:`ROUTES` for the models of ``catalog``, each one's forward passes through
+    its batcher; ``read_body`` reads a request's body within ``max_body``."""
     async def server(request: Request) -> Response:
         return JSONResponse({"name": "caffetool", "version": __version__, "extensions": EXTENSIONS})
 
@@ -64,12 +82,7 @@ def routes(catalog: Catalog, max_body: int, read_body: Callable[[Request, int], 
             return Response(body, media_type="application/json")
         return Response(body, media_type="application/octet-stream", headers={oip.HEADER: str(header)})
 
-    found = []
-    for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-        found += [Route(prefix, model), Route(f"{prefix}/ready", ready), Route(f"{prefix}/infer", infer,
-                                                                               methods=["POST"])]
-    return [Route("/v2", server), Route("/v2/health/live", healthy), Route("/v2/health/ready", healthy),
-            Route("/v2/repository/index", index, methods=["POST"]), *found]
+    return {"server": server, "healthy": healthy, "model": model, "ready": ready, "index": index, "infer": infer}
 
 
 def metadata(classifier: Classifier, name: str, versions: list[str]) -> dict[str, Any]:

@@ -1,14 +1,7 @@
 """The demo's HTTP server: a page, a JSON API, the run's page and a health check (Starlette on uvicorn).
 
-Routes: ``GET /`` (upload one or many images, draw, or click an example; top-5 and timings;
-visualizations on request), ``POST /api/classify`` (raw image bytes, or a multipart form of one
-or more files: one file is answered with one result, several with a list, one result or error per
-file; ``?top=k``; ``?input=1`` adds the preprocessed input as a base64 PNG),
-``POST /api/visualize?layer=NAME`` (the first convolution's filters and a layer's activations for
-the image, base64 PNGs), ``GET /api/examples?count=N&offset=K`` and ``GET /api/examples/{i}.png``
-(the run's test set), ``GET /run`` and ``GET /api/run`` (curves, figures, newest evaluation),
-``GET /run/plots/{name}`` and ``GET /run/eval/{name}`` (those images), ``GET /api/model``,
-``GET /healthz``.
+Routes: :data:`ROUTES`, the page's and the API's, then the Open Inference Protocol's (:data:`.v2.ROUTES`)
+and ``/metrics``.
 
 Uploads stay in memory: bodies are read with a size cap (413 past it), multipart is parsed from
 memory (:mod:`.multipart`), nothing is written to disk. Classification runs in a worker thread (the
@@ -37,9 +30,9 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
 
 from caffetool.demo import multipart, v2
+from caffetool.demo.routetable import Endpoint, routed
 from caffetool.errors import CaffetoolError, ConfigError, DataError, ImageError, NetError, RunError
 from caffetool.inference.preprocess import BadImage, NotAnImage, TooManyPixels, check_request
 from caffetool.runpage import examples, runpage
@@ -54,6 +47,31 @@ MAX_FILES = 32  # images one classify request may carry
 DEFAULT_EXAMPLES = 12
 EXAMPLE_NAME = re.compile(r"^(\d{1,12})\.png$")
 LAYER_NAME = re.compile(r"^[\w./:+-]{1,200}$")  # Caffe layer names as prototxts write them
+
+
+PAGE = (
+    Endpoint("/", "index", "the page: upload one or many images, draw, or click an example; top-5, timings, "
+             "visualizations on request"),
+    Endpoint("/healthz", "healthz", "`status: ok` and the default model's name, while the server runs"),
+    Endpoint("/api/model", "model_info", "the model: name, version, input shape, classes, backend, run, number of "
+             "examples, whether visualizations are offered"),
+    Endpoint("/api/models", "model_list", "every model and version served"),
+    Endpoint("/api/classify", "classify", "raw image bytes or a multipart form of up to 32 files: the top k "
+             "(`?top=k`), timings, the preprocessed input on `?input=1`; one result or error per file", ("POST",)),
+    Endpoint("/api/visualize", "visualize", "an image: the first convolution's filters and a layer's activations "
+             "(`?layer=NAME`) as base64 PNGs (caffe backend)", ("POST",)),
+    Endpoint("/api/examples", "example_list", "records of the run's test set (`?count=N&offset=K`): index, label, "
+             "class, URL"),
+    Endpoint("/api/examples/{name}", "example_image", "record i of the test set as a PNG (`/api/examples/7.png`)"),
+    Endpoint("/api/run", "run_json", "the run as JSON: curves' last rows, final figures, newest evaluation"),
+    Endpoint("/run", "run_html", "the run's page: figures, training curves, newest evaluation"),
+    Endpoint(f"/run/{PLOTS}/{{name}}", "plot_image", f"a PNG of the run's `{PLOTS}/`"),
+    Endpoint(f"/run/{EVALUATIONS}/{{name}}", "evaluation_image", f"a PNG of the newest evaluation in `{EVALUATIONS}/`"),
+)
+METRICS = (Endpoint("/metrics", "metrics", "Prometheus series: requests and latency by route, queue "
+                                           "wait, batch sizes, inferences, load time (every worker's with "
+                                           "`--workers N`)"),)
+ROUTES = (*PAGE, *v2.ROUTES, *METRICS)  # in the order they are matched
 
 
 class BodyTooLarge(ImageError):
@@ -211,20 +229,12 @@ def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_M
         return image
 
     routes = [
-        Route("/", index),
-        Route("/healthz", healthz),
-        Route("/api/model", model_info),
-        Route("/api/models", model_list),
-        Route("/api/classify", classify, methods=["POST"]),
-        Route("/api/visualize", visualize, methods=["POST"]),
-        Route("/api/examples", example_list),
-        Route("/api/examples/{name}", example_image),
-        Route("/api/run", run_json),
-        Route("/run", run_html),
-        Route(f"/run/{PLOTS}/{{name}}", run_image(PLOTS)),
-        Route(f"/run/{EVALUATIONS}/{{name}}", run_image(EVALUATIONS)),
-        *v2.routes(catalog, max_body, _read_body),
-        Route("/metrics", metrics.endpoint),
+        *routed(PAGE, {"index": index, "healthz": healthz, "model_info": model_info, "model_list": model_list,
+                       "classify": classify, "visualize": visualize, "example_list": example_list,
+                       "example_image": example_image, "run_json": run_json, "run_html": run_html,
+                       "plot_image": run_image(PLOTS), "evaluation_image": run_image(EVALUATIONS)}),
+        *routed(v2.ROUTES, v2.handlers(catalog, max_body, _read_body)),
+        *routed(METRICS, {"metrics": metrics.endpoint}),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Counting, metrics=metrics)], exception_handlers={
         HTTPException: _http_error, CaffetoolError: _caffetool_error, ClientDisconnect: _gone,
