@@ -1,21 +1,17 @@
 """The CPU image built and run for real, with Debian's own Docker (docker.io, no buildx).
 
-The test starts a private Docker daemon (its own data root, exec root and socket under the test's
-tmp folder, no bridge network, as a machine without Docker's networking set up needs, and the
-storage driver dockerd picks: overlay2 where the kernel and file system allow it, vfs elsewhere),
+The test starts a private Docker daemon under the test's tmp folder (``benchmarks/private_docker.py``),
 stops it at the end whatever happens, and drives it through the docker tasks: build the image (the
 legacy builder, the host's engine bundled in), train 100 iterations inside it with the host's data
 and runs folders mounted, check the files are the caller's, then serve the demo.
-No registry is reachable, so ``debian:12`` is made with debootstrap and ``docker import``.
+No registry is reachable, so ``debian:12`` is made with debootstrap and ``docker import`` there.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +19,8 @@ from pathlib import Path
 import pytest
 from invoke import Config, Context
 
-from caffetool import apt, dockerimg
+from benchmarks import private_docker
+from caffetool import dockerimg
 from caffetool.tasks import docker
 from caffetool.tasks.settings import TASK_DEFAULTS
 
@@ -31,17 +28,8 @@ from .processes import stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(1500)]
 
-DEBIAN_DOCKER = Path("/usr/bin/docker")  # docker.io's client; another Docker may come first on PATH
 RUN = "docker100"
 CORE_VENV_MB = 900
-
-
-def _wait(what: str, ready, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not ready after {seconds:.0f} s")
-        time.sleep(0.5)
 
 
 def _context() -> Context:
@@ -54,46 +42,10 @@ def daemon(tmp_path_factory) -> Iterator[dict[str, str]]:
     """The environment that points Debian's docker client at a private daemon, stopped afterwards."""
     if os.geteuid() != 0:
         pytest.skip("starting a Docker daemon needs root")
-    apt.install_packages(["docker.io", "debootstrap"])
     home = tmp_path_factory.mktemp("dockerd")
-    socket = home / "docker.sock"
-    client_bin = home / "bin"
-    client_bin.mkdir()
-    (client_bin / "docker").symlink_to(DEBIAN_DOCKER)
-    env = {**os.environ, "DOCKER_HOST": f"unix://{socket}", "PATH": f"{client_bin}:{os.environ['PATH']}"}
-    log = open(home / "dockerd.log", "w")  # noqa: SIM115  (closed in the finally below)
-    dockerd = subprocess.Popen(
-        ["dockerd", "--data-root", str(home / "root"), "--exec-root", str(home / "exec"),
-         "--pidfile", str(home / "dockerd.pid"), "--host", f"unix://{socket}", "--bridge=none",
-         "--iptables=false", "--ip6tables=false"],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        _wait("dockerd", lambda: subprocess.run(["docker", "info"], env=env, capture_output=True).returncode == 0
-              or dockerd.poll() is not None, 60)
-        assert dockerd.poll() is None, (home / "dockerd.log").read_text()[-2000:]
-        rootfs = home / "rootfs"
-        mirror = apt.system_debian_mirror() or "http://deb.debian.org/debian"
-        done = subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs), mirror],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-1000:]
-        subprocess.run(f"tar -C {rootfs} -c . | docker import - {dockerimg.CPU_IMAGES[0]}", shell=True,
-                       env=env, check=True, capture_output=True)
-        shutil.rmtree(rootfs)
+    with private_docker.daemon(home) as env:
+        private_docker.debian_image(env, dockerimg.CPU_IMAGES[0], home)
         yield env
-    finally:
-        stop(dockerd, grace=60)
-        log.close()
-        # dockerd leaves its default network namespace mounted under the exec root
-        for point in _mounts_under(home):
-            subprocess.run(["umount", "-l", point], check=False)
-        for folder in ("root", "exec"):  # what the storage driver keeps of every layer
-            shutil.rmtree(home / folder, ignore_errors=True)
-
-
-def _mounts_under(folder: Path) -> list[str]:
-    """Mount points below ``folder``, deepest first."""
-    points = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    return sorted((p for p in points if p.startswith(f"{folder}/")), key=len, reverse=True)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +103,7 @@ def test_cpu_image_trains_with_host_folders_and_serves_the_demo(image, docker_en
                              "--network", "host", "--port", str(port), "--run", RUN, "--data-dir", str(data),
                              "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait("the demo", lambda: _healthz(port) is not None or demo.poll() is not None, 180)
+        private_docker.wait("the demo", lambda: _healthz(port) is not None or demo.poll() is not None, 180)
         health = _healthz(port)
         assert health is not None, demo.stdout.read() if demo.poll() is not None else ""
         assert '"status":"ok"' in health.replace(" ", "")
