@@ -4,12 +4,16 @@ naming the ``pip install`` that adds it, and a training runs untracked, saying s
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from caffetool import extras
 
@@ -40,6 +44,36 @@ def command(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def size_mib(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20
+
+
+def distributions_of(requirements: list[str]) -> set[str]:
+    """Every distribution ``requirements`` bring, as installed here: their own requirements followed,
+    with the extras they ask for (``ray[tune]``)."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [(text, frozenset({""})) for text in requirements]
+    while todo:
+        text, active = todo.pop()
+        req = Requirement(text)
+        if req.marker and not any(req.marker.evaluate({"extra": extra}) for extra in active):
+            continue
+        key = (canonicalize_name(req.name), frozenset(req.extras))
+        if key not in seen:
+            seen.add(key)
+            todo += [(r, frozenset({"", *req.extras})) for r in importlib.metadata.requires(req.name) or []]
+    return {name for name, _ in seen}
+
+
+def test_each_extra_brings_the_packages_its_tasks_look_for():
+    """After ``pip install 'caffetool[X]'`` the tasks of X find what they look for: each module an
+    extra's check names comes from a distribution the extra requires (read from pyproject.toml and the
+    installed packages' metadata), and ``[all]`` holds every extra."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    provided = importlib.metadata.packages_distributions()
+    for name, extra in extras.EXTRAS.items():
+        brought = distributions_of(declared[name])
+        for module in extra.modules:
+            assert {canonicalize_name(d) for d in provided[module]} & brought, (name, module, sorted(brought))
+    assert distributions_of(declared["all"]) >= set().union(*(distributions_of(declared[n]) for n in extras.EXTRAS))
 
 
 def test_the_core_holds_no_extra_and_weighs_at_most_half_of_everything(core):
