@@ -108,6 +108,17 @@ def quota_cgroup(cores: float) -> Iterator[list[str]]:
                 time.sleep(0.1)
 
 
+def end_group(leader: subprocess.Popen, signum: int, grace: float = 120) -> None:
+    """Send ``signum`` to the process group ``leader`` started (``start_new_session``), give it
+    ``grace`` seconds to end, then SIGKILL the group; reaped either way."""
+    os.killpg(leader.pid, signum)
+    try:
+        leader.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
 @contextlib.contextmanager
 def evaluating(others: Path) -> Iterator[None]:
     """``caffetool evaluate`` of the run ``OTHER`` in ``others``, again and again until the block ends."""
@@ -117,8 +128,7 @@ def evaluating(others: Path) -> Iterator[None]:
         time.sleep(2)
         yield
     finally:
-        os.killpg(loop.pid, signal.SIGKILL)
-        loop.wait()
+        end_group(loop, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -166,8 +176,7 @@ def serving(others: Path, images: Path) -> Iterator[None]:
         yield
     finally:
         stop.set()
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait()
+        end_group(server, signal.SIGTERM)
     if not answered:
         raise SystemExit("the demo server answered no request")
 
@@ -186,12 +195,7 @@ def sweeping(data: Path, runs: Path) -> Iterator[None]:
             raise SystemExit(f"the sweep ended early ({sweep.returncode})")
         yield
     finally:
-        os.killpg(sweep.pid, signal.SIGINT)
-        try:
-            sweep.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(sweep.pid, signal.SIGKILL)
-            sweep.wait()
+        end_group(sweep, signal.SIGINT)  # as a user stops a sweep: Ctrl-C
 
 
 def caffetool_train(data: Path, runs: Path, name: str, iters: int, threads: int | None,

@@ -31,8 +31,9 @@ class CellNote:
     note: python2.Note
 
 
-def convert(text: str, name: str) -> tuple[str, list[CellNote]]:
-    """The notebook ``text`` with its code cells as Python 3, and what was done, by cell and line."""
+def convert(text: str, name: str) -> tuple[str, list[CellNote], list[str]]:
+    """The notebook ``text`` with its code cells as Python 3, what was done, by cell and line, and the
+    code cells' new sources (for checks of the code, without reading the notebook again)."""
     try:
         notebook = json.loads(text)
         cells = notebook["cells"]
@@ -54,7 +55,7 @@ def convert(text: str, name: str) -> tuple[str, list[CellNote]]:
     if str(spec.get("name", "")).startswith("python2"):
         notebook["metadata"]["kernelspec"] = dict(PYTHON3_KERNEL)
         notes.append(CellNote(0, python2.Note(0, "kernelspec: python2 -> python3", True)))
-    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", notes
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", notes, converted
 
 
 def _together(sources: list[str], numbers: list[int], name: str, notes: list[CellNote]) -> list[str]:

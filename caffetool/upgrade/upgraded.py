@@ -18,7 +18,6 @@ engine has no GPU build.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -166,11 +165,10 @@ def _python(path: Path, out: Path, shown: str, gpu_engine: bool, report: Upgrade
         return
     try:
         if path.suffix.lower() == ".ipynb":
-            new, cell_notes = ipynb.convert(text, shown)
+            new, cell_notes, sources = ipynb.convert(text, shown)
             for c in cell_notes:
                 where = f"{shown} (cell {c.cell})" if c.cell else shown
                 report.add(where, c.note.line, c.note.what, c.note.changed)
-            sources = ["".join(cell.get("source", "")) for cell in _code_cells(new)]
             report.count("notebooks")
         else:
             new, notes = python2.convert(text, shown)
@@ -189,10 +187,6 @@ def _python(path: Path, out: Path, shown: str, gpu_engine: bool, report: Upgrade
         report.add(shown, 0, "calls caffe.set_mode_gpu(): the installed engine has no GPU build, so Caffe will "
                    "fail there; use caffe.set_mode_cpu(), or build a GPU engine (caffetool engine.install --cuda)",
                    False)
-
-
-def _code_cells(text: str) -> list[dict]:
-    return [c for c in json.loads(text).get("cells", []) if c.get("cell_type") == "code"]
 
 
 def _caffe(path: Path, out: Path, shown: str, engine: EngineInfo | None, report: UpgradeReport) -> None:
