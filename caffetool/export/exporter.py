@@ -188,8 +188,15 @@ def _check_opset(opset: int) -> None:
 
 
 def _check_target(request: ExportRequest) -> None:
-    """Replace only a model caffetool wrote: one whose record beside it names it and holds the sha256
-    of every file it writes."""
+    """Refuse, with nothing changed, an ``--out`` that names no model file of its format or would
+    write over an input, and any file in the way that caffetool did not write."""
+    _check_name(request)
+    _check_replaceable(request)
+
+
+def _check_name(request: ExportRequest) -> None:
+    """The model's file name: its format's suffix, importable for PyTorch, outside a run's top folder,
+    and none of the files written one of the inputs."""
     out = request.out
     suffix = SUFFIXES[request.to]
     if out.suffix != suffix:
@@ -204,37 +211,40 @@ def _check_target(request: ExportRequest) -> None:
         raise ConfigError(f"--out {out} is in the top folder of the run {out.parent}, beside its manifest; a run's "
                           f"export goes to {RunFolder(out.parent).export} (`caffetool export {out.parent.name}`), "
                           "or choose a folder outside the run (nothing was changed)")
-    targets = written_files(out)
+    targets = {t.resolve() for t in written_files(out)}
     for given in (request.files.deploy, request.files.weights):
-        if Path(given).resolve() in {t.resolve() for t in targets}:
+        if Path(given).resolve() in targets:
             raise ConfigError(f"--out {out} would write over the input {given}; choose another file (nothing was "
                               "changed)")
+
+
+def _check_replaceable(request: ExportRequest) -> None:
+    """Replace only a model caffetool wrote: one whose record beside it names it and holds the sha256
+    of every file it writes."""
+    out = request.out
+    # a run's own export (evaluate and the demo's onnxruntime backend make it too) has no --out to choose
     own = request.files.run is not None and out.parent == RunFolder(request.files.run).export
-    # a run's own export (evaluate, the demo's onnxruntime backend make it too): no --out to choose there
-    elsewhere = (f"move it out of {out.parent}, where the run's export is written" if own else
-                 "choose another --out")
+    way_out = (f"move it out of {out.parent}, where the run's export is written" if own else
+               "move it away or choose another --out")
     if (found := unwritable(out.parent)) is not None:
         raise ConfigError(f"cannot write {out}: {found[0]} {found[1]}; "
                           f"{'make it writable' if own else 'choose another --out'} (nothing was changed)")
+    targets = written_files(out)
     record = record_for(out)
     if record is None:
-        present = [t for t in targets if t.exists()]
-        if present:
+        if present := [t for t in targets if t.exists()]:
             raise ConfigError(f"{present[0]} exists and caffetool did not make it (no {record_of(out).name} beside "
-                              f"it names {out.name}); {elsewhere} (nothing was changed)")
+                              f"it names {out.name}); {way_out} (nothing was changed)")
         return
     made = _written(record)
     if made.get("model") != out.name:
         raise ConfigError(f"{record} is not the record of an export of {out.name} (it names {made.get('model')!r}); "
-                          f"{'move it out of ' + str(out.parent) if own else 'write the export to another folder'} "
-                          "(nothing was changed)")
+                          f"{way_out} (nothing was changed)")
     for target in targets:
         if target.exists() and sha256_file(target) not in _shas(made, target):
             what = "model" if target == out else "weights file"
             raise ConfigError(f"{target} is not the {what} caffetool wrote ({record} records another sha256): it was "
-                              "changed or replaced since; "
-                              f"{'move it away' if own else 'move it away or choose another --out'} (nothing was "
-                              "changed)")
+                              f"changed or replaced since; {way_out} (nothing was changed)")
 
 
 def _written(record: Path) -> dict[str, Any]:
