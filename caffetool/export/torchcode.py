@@ -10,6 +10,24 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
+
+
+def _by_input(layer: str, operator: str, operand: str) -> str:
+    """The module of Caffe's Scale or Bias by its second input: one text, two operations."""
+    return f'''
+class {layer}ByInput(nn.Module):
+    """Caffe's {layer} by its second input, whose axes match the first's from the layer's axis on and
+    broadcast over the ``trailing`` axes after them."""
+
+    def __init__(self, trailing: int) -> None:
+        super().__init__()
+        self.trailing = trailing
+
+    def forward(self, x: torch.Tensor, {operand}: torch.Tensor) -> torch.Tensor:
+        return x {operator} {operand}.reshape(*{operand}.shape, *(1,) * self.trailing)
+'''
+
+
 HELPERS = {
     "WithinChannelLRN": '''
 class WithinChannelLRN(nn.Module):
@@ -52,30 +70,8 @@ class Bias(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.bias
 ''',
-    "ScaleByInput": '''
-class ScaleByInput(nn.Module):
-    """Caffe's Scale by its second input, whose axes match the first's from the layer's axis on and
-    broadcast over the ``trailing`` axes after them."""
-
-    def __init__(self, trailing: int) -> None:
-        super().__init__()
-        self.trailing = trailing
-
-    def forward(self, x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-        return x * factor.reshape(*factor.shape, *(1,) * self.trailing)
-''',
-    "BiasByInput": '''
-class BiasByInput(nn.Module):
-    """Caffe's Bias by its second input, whose axes match the first's from the layer's axis on and
-    broadcast over the ``trailing`` axes after them."""
-
-    def __init__(self, trailing: int) -> None:
-        super().__init__()
-        self.trailing = trailing
-
-    def forward(self, x: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
-        return x + term.reshape(*term.shape, *(1,) * self.trailing)
-''',
+    "ScaleByInput": _by_input("Scale", "*", "factor"),
+    "BiasByInput": _by_input("Bias", "+", "term"),
     "Eltwise": '''
 class Eltwise(nn.Module):
     """Caffe's Eltwise: the product, the sum (each input times its coefficient) or the maximum of its
