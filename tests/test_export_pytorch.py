@@ -224,6 +224,7 @@ def test_a_pytorch_export_replaces_only_what_caffetool_wrote(exported_to_pytorch
     (("--out", "lenet.onnx"), "lenet.onnx should end in .py (--to pytorch writes a Python module, its weights "
                               "beside it as NAME.pt)"),
     (("--out", "my-lenet.py"), "'my-lenet' is not a name Python can import; choose one such as my_lenet.py"),
+    (("--out", "class.py"), "'class' is not a name Python can import; choose one such as class_.py"),
     (("--to", "keras"), "--to"),
 ])
 def test_pytorch_flags_that_do_not_fit_are_refused_before_any_work(exported_to_pytorch, tmp_path, flags, words):

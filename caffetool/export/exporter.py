@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -203,10 +202,9 @@ def _check_name(request: ExportRequest) -> None:
         raise ConfigError(f"--out {out} should end in {suffix}" + (
             f" (--to {PYTORCH} writes a Python module, its weights beside it as NAME{WEIGHTS_SUFFIX})"
             if request.to == PYTORCH else ""))
-    if request.to == PYTORCH and not out.stem.isidentifier():
+    if request.to == PYTORCH and not torchnet.importable(out.stem):
         raise ConfigError(f"--out {out}: {out.stem!r} is not a name Python can import; choose one such as "
-                          f"{re.sub(r'[^0-9A-Za-z_]', '_', out.stem).lstrip('0123456789') or 'model'}{suffix} "
-                          "(nothing was changed)")
+                          f"{torchnet.module_name(out.stem)}{suffix} (nothing was changed)")
     if RunFolder(out.parent).manifest.is_file():
         raise ConfigError(f"--out {out} is in the top folder of the run {out.parent}, beside its manifest; a run's "
                           f"export goes to {RunFolder(out.parent).export} (`caffetool export {out.parent.name}`), "

@@ -131,6 +131,18 @@ def _reserved() -> set[str]:
     return set(dir(nn.Module())) | {"forward"}
 
 
+def importable(name: str) -> bool:
+    """Whether ``name`` can be a module Python imports (``import name``)."""
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def module_name(stem: str) -> str:
+    """``stem`` as a module name Python can import: ``bvlc-net`` -> ``bvlc_net``, ``1net`` -> ``model_1net``."""
+    name = re.sub(r"\W", "_", stem)
+    name = name if name and not name[0].isdigit() else f"model_{name}"
+    return f"{name}_" if keyword.iskeyword(name) else name
+
+
 def _class_name(net_name: str) -> str:
     name = re.sub(r"\W", "_", net_name)
     name = name if name and not name[0].isdigit() else f"Net_{name}"

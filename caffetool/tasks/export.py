@@ -3,7 +3,6 @@ before it is written."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from invoke import Collection, Context
@@ -67,7 +66,7 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
     suffix = exporter.SUFFIXES[form]
     target = output_file(out, "--out") if out else (
         (RunFolder(files.run).export / exporter.MODEL).with_suffix(suffix) if files.run
-        else Path.cwd() / f"{_module_name(files.weights.stem) if form == exporter.PYTORCH else files.weights.stem}"
+        else Path.cwd() / f"{torchnet.module_name(files.weights.stem) if form == exporter.PYTORCH else files.weights.stem}"
                           f"{suffix}")
     request = exporter.ExportRequest(files, target, int(bounded(opset or "17", "--opset",
                                                                 Limit("an opset", 1, 10_000, kind=int))),
@@ -76,12 +75,6 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
     result = exporter.export(locate(c.engine.prefix, probe=False), request)
     weights_file = f", {exporter.weights_of(result.model)}" if form == exporter.PYTORCH else ""
     print(f"wrote {result.model}{weights_file} and {result.record} (verified in {result.seconds['verify']:.1f} s)")
-
-
-def _module_name(stem: str) -> str:
-    """A weights file's name as a module Python can import: ``bvlc-net.caffemodel`` -> ``bvlc_net``."""
-    name = re.sub(r"\W", "_", stem)
-    return name if name and not name[0].isdigit() else f"model_{name}"
 
 
 @task(positional=["model"], help={**{k: v for k, v in HELP.items() if k not in ("out", "to", "opset", "batch",
