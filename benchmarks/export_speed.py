@@ -10,8 +10,8 @@ LeNet, CaffeNet and GoogLeNet deploy nets as the engine ships them, and ResNet-5
 Kaiming He's published ``ResNet-50-deploy.prototxt`` at 224x224 (built by :mod:`published_nets`).
 
 The sides: ``pycaffe`` (copying the batch into the input blob and ``net.forward()``, the blob and
-the net reshaped once before warm-up); ``onnxruntime`` (``sess.run`` on the session
-``caffetool.export.runtime.session_of`` makes: CPU provider, full graph optimisations); ``opencv``
+the net reshaped once before warm-up); ``onnxruntime`` (a pass of the model
+``caffetool.backends.onnxrt.model_of`` makes: CPU provider, full graph optimisations); ``opencv``
 (OpenCV's ``cv2.dnn.readNetFromONNX`` of the same ONNX file, ``setInput`` and ``forward``: the reader
 OpenCV 5 keeps; skipped with a note on OpenCV 4, whose ONNX importer is not what a user of it runs);
 ``pytorch`` (the exported ``model.py`` imported, ``load()`` in eval mode, called under
@@ -72,7 +72,8 @@ from benchmarks import published_nets  # noqa: E402
 from caffetool import __version__, fsio  # noqa: E402
 from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate  # noqa: E402
 from caffetool.errors import CaffetoolError  # noqa: E402
-from caffetool.export import exporter, runtime  # noqa: E402
+from caffetool.backends import onnxrt  # noqa: E402
+from caffetool.export import exporter  # noqa: E402
 from caffetool.serving.classifier import ModelFiles  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -146,9 +147,9 @@ def pycaffe_side(caffe: Any, e: Exports, x: np.ndarray) -> Callable[[], np.ndarr
 
 
 def onnxruntime_side(e: Exports, x: np.ndarray) -> Callable[[], np.ndarray]:
-    sess = runtime.session_of(e.onnx)
-    name = sess.get_inputs()[0].name
-    return lambda: sess.run(None, {name: x})[-1]
+    model = onnxrt.model_of(e.onnx)
+    feeds, last = {model.inputs[0]: x}, model.outputs[-1]
+    return lambda: model(feeds)[last]
 
 
 def opencv_side(e: Exports, x: np.ndarray) -> Callable[[], np.ndarray]:

@@ -5,7 +5,8 @@ task with every option (from the Invoke collection ``caffetool.tasks.ns``, as ``
 --help`` shows them), the settings (``caffetool.tasks.settings.SETTINGS`` with their defaults), the
 extras (``caffetool.extras.EXTRAS``), a run's folder (``caffetool.runs.folder``), the demo server's HTTP
 routes (``caffetool.demo.webapp.ROUTES``, the table the server is built from) and the status each
-error is answered with (``STATUS``), and
+error is answered with (``STATUS``), every Caffe layer type with what the memory estimate and the
+exports do with it (``caffetool.layers.catalogue.CATALOGUE``), and
 benchmarks/RESULTS.md, which lives beside the scripts that produce it.
 """
 
@@ -94,6 +95,24 @@ def statuses_page() -> str:
     return "\n".join(out)
 
 
+def layers_page() -> str:
+    from caffetool.layers.catalogue import CATALOGUE
+    from caffetool.layers.entry import CAPABILITIES, Omitted, Refused, Sourced
+
+    def cell(declared: object) -> str:
+        if isinstance(declared, Refused):
+            return f"no: {_cell(declared.why)}"
+        if isinstance(declared, Omitted):
+            return f"yes ({_cell(declared.why)})"
+        return "yes (from the data it reads)" if isinstance(declared, Sourced) else "yes"
+
+    out = ["| type | family | memory and shapes | ONNX | PyTorch |", "| --- | --- | --- | --- | --- |"]
+    for name, kind in sorted(CATALOGUE.items()):
+        family = kind.__module__.rsplit(".", 1)[-1]
+        out.append(f"| `{name}` | `{family}` | " + " | ".join(cell(getattr(kind, c)) for c in CAPABILITIES) + " |")
+    return "\n".join(out)
+
+
 def _from_rst(text: str) -> str:
     """A docstring's reStructuredText roles and literals as Markdown code."""
     return re.sub(r":\w+:`[~.]*([^`]+)`", r"`\1`", text).replace("``", "`")
@@ -105,7 +124,8 @@ def results_page() -> str:
 
 
 GENERATED = {"tasks": tasks_page, "settings": settings_page, "extras": extras_page, "run-folder": run_folder_page,
-             "routes": routes_page, "http-errors": statuses_page, "results": results_page}
+             "routes": routes_page, "http-errors": statuses_page, "results": results_page,
+             "layers": layers_page}
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ANN001 - MkDocs' hook signature

@@ -17,28 +17,27 @@ from .conftest import PROJECT
 
 PACKAGE = PROJECT / "caffetool"
 LAYERS: list[tuple[str, str]] = [  # (the units of a layer, what they hold)
-    ("__init__ errors config glog", "what everything shares: the version, the errors, where files go, "
-     "Caffe's log lines"),
-    ("fsio checksum choices proc extras", "files written atomically, checksums, checked choices, processes, the "
-     "optional extras"),
-    ("figures download apt", "figures, downloads, apt"),
+    ("__init__ errors config glog fsio", "what everything shares: the version, the errors, where files go, "
+     "Caffe's log lines, files written atomically"),
+    ("checksum choices proc extras figures download layers", "checksums, checked choices, processes, the optional "
+     "extras, figures, downloads; the layer catalogue (every Caffe layer type: its shapes and memory, its ONNX and "
+     "PyTorch translations)"),
+    ("apt runs", "apt; what a run leaves on disk, through one door: its folder (`folder`), manifest (`runrecord`), "
+     "owner, snapshots, log parser, metrics files, final figures, runs compared"),
     ("engine", "the engine: recipe, patches, build, install, bundles, CUDA architectures and libraries"),
-    ("data dockerimg upgrade notebooks", "data sets (registry, fetch, IDX and image conversion, databases, the Datum codec); "
+    ("backends data dockerimg upgrade notebooks", "the inference backends (pycaffe, onnxruntime, OpenCV, PyTorch) and "
+     "the devices they run on; data sets (registry, fetch, IDX and image conversion, databases, the Datum codec); "
      "the Docker images as argument lists; old Caffe projects upgraded (Python 2 to 3, Caffe's upgrade tools); "
      "Jupyter notebooks on the engine's pycaffe"),
-    ("runs", "what a run leaves on disk, through one door: its folder (`folder`), manifest (`runrecord`), "
-     "owner, snapshots, log parser, metrics files, final figures, runs compared"),
-    ("nets", "model declarations, net and solver builders, a user's Caffe project, test nets, Caffe's "
-     "geometry, validation"),
-    ("inference memory track", "the model at inference (model files, image preprocessing, records); "
-     "memory estimates and measurements; MLflow tracking"),
-    ("train", "training: the session, the runner that watches `caffe train`, devices, the final test, plots, "
-     "TensorBoard"),
-    ("export sweep", "the ONNX and PyTorch exports; sweeps on Ray Tune"),
-    ("evaluation", "evaluation of a run against `caffe test`, and of labelled images"),
-    ("runpage", "what a server shows of a run: its summary, curves, evaluation and example images"),
-    ("serving", "the models a server serves: loaded models, ONNX exports, the model repository, batchers, "
-     "Prometheus series"),
+    ("nets", "model declarations, net and solver builders, a user's Caffe project, test nets, validation"),
+    ("inference memory runpage track", "the model at inference (model files, image preprocessing, records); "
+     "memory estimates and measurements; what a server shows of a run (its summary, curves, evaluation and example "
+     "images); MLflow tracking"),
+    ("export train", "the ONNX and PyTorch exports, one module per format; training: the session, the runner that "
+     "watches `caffe train`, the final test, plots, TensorBoard"),
+    ("evaluation serving sweep", "evaluation of a run against `caffe test`, and of labelled images; the models a "
+     "server serves (loaded models, ONNX exports, the model repository, batchers, Prometheus series); sweeps on Ray "
+     "Tune"),
     ("demo", "the demo server: page, JSON API, the Open Inference Protocol, connections with deadlines"),
     ("tasks", "the Invoke tasks (wiring only), their settings schema and shared solver flags"),
     ("cli", "the `caffetool` command"),
@@ -130,3 +129,68 @@ def test_the_development_page_shows_these_layers():
     text = (PROJECT / "docs" / "development.md").read_text()
     table = readme_table()
     assert table in text, f"docs/development.md's table of layers should read:\n{table}"
+
+
+# Where each kind of change goes: (the change, the files a newcomer touches, the table that lists every
+# thing of that kind, as MODULE:NAME). The development page shows this table; the tests below hold it
+# against the code.
+CHANGES: list[tuple[str, str, str]] = [
+    ("a Caffe layer type", "one class in a family module `caffetool/layers/FAMILY.py` (its `memory`, `onnx` and "
+     "`pytorch`, or `Refused` with the reason), and the engine's own code as a patch in "
+     "`caffetool/engine/patches/` where the engine lacks the type (a new family module also joins `FAMILIES` in "
+     "`caffetool/layers/catalogue.py`); the layer types page follows",
+     "caffetool.layers.catalogue:CATALOGUE"),
+    ("an export format", "a module `caffetool/export/NAMEformat.py` and one row of `FORMATS` in "
+     "`caffetool/export/formats.py`; `caffetool export --to` and `export.check` follow",
+     "caffetool.export.formats:FORMATS"),
+    ("an inference backend", "a module `caffetool/backends/NAME.py` (`READS` and `load`) and one row of `BACKENDS` "
+     "in `caffetool/backends/dispatch.py`; `--backend` of `evaluate`, `demo.serve` and `demo.classify` follows",
+     "caffetool.backends.dispatch:BACKENDS"),
+    ("an HTTP route", "its handler in `caffetool/demo/webapp.py` (`caffetool/demo/v2.py` under `/v2`) and one "
+     "`Endpoint` row of its route table; the HTTP routes page follows", "caffetool.demo.webapp:ROUTES"),
+]
+
+
+def changes_table() -> str:
+    rows = ["| to add | touch | every one is listed in |", "| --- | --- | --- |"]
+    for change, files, table in CHANGES:
+        module, name = table.split(":")
+        rows.append(f"| {change} | {files} | `{name}` (`{module.replace('.', '/')}.py`) |")
+    return "\n".join(rows)
+
+
+def test_the_development_page_says_where_each_change_goes():
+    text = (PROJECT / "docs" / "development.md").read_text()
+    table = changes_table()
+    assert table in text, f"docs/development.md's table of where changes go should read:\n{table}"
+
+
+def test_each_kind_of_change_is_one_place_in_the_code():
+    """The files the table names exist, each table it names is the code's, and every thing of each
+    kind is where the table says: every layer type in a family module of the catalogue, every export
+    format's and backend's code in a module of its own, every route's handler in the server."""
+    import importlib
+
+    from caffetool.backends.dispatch import BACKENDS
+    from caffetool.demo.webapp import ROUTES
+    from caffetool.export.formats import FORMATS
+    from caffetool.layers import catalogue
+
+    for _, files, table in CHANGES:
+        for path in re.findall(r"`(caffetool/[\w/]+(?:\.py|/))`", files):
+            pattern = path.replace("FAMILY", "*").replace("NAMEformat", "*format").replace("NAME", "*")
+            assert list(PROJECT.glob(pattern)), path
+        module, name = table.split(":")
+        assert getattr(importlib.import_module(module), name), table
+    families = {path.stem for path in (PACKAGE / "layers").glob("*.py")
+                if any(isinstance(node, ast.ClassDef) and any(getattr(b, "id", "") == "LayerType" for b in node.bases)
+                       for node in ast.parse(path.read_text()).body)}
+    assert families == {f.__name__.rsplit(".", 1)[-1] for f in catalogue.FAMILIES}
+    for name, kind in catalogue.CATALOGUE.items():
+        assert kind.__module__ in {f.__name__ for f in catalogue.FAMILIES}, name
+    for row in FORMATS.values():
+        assert re.fullmatch(r"caffetool\.export\.\w+format", row.convert.__module__), row.name
+    for row in BACKENDS.values():
+        assert (PACKAGE / "backends" / f"{row.module}.py").is_file(), row.name
+        assert row.reads in ("caffe", "onnx", "pytorch"), row.name
+    assert {endpoint.handler for endpoint in ROUTES}

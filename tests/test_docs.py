@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from caffetool.demo import webapp
+from caffetool.layers import catalogue
 from caffetool.runs import folder
 from caffetool.tasks import ns
 
@@ -57,6 +58,9 @@ def test_the_site_builds_in_strict_mode_with_every_task_and_setting(tmp_path):
     http = (tmp_path / "site" / "reference" / "http" / "index.html").read_text()
     assert all(f"<code>{endpoint.path}</code>" in http for endpoint in webapp.ROUTES)
     assert all(f"<code>{kind.__name__}</code>" in http for kind, _ in webapp.STATUS)
+    layers = (tmp_path / "site" / "reference" / "layers" / "index.html").read_text()
+    assert all(f"<code>{name}</code>" in layers for name in catalogue.CATALOGUE)
+    assert "no: runs Python code, which an ONNX model cannot hold" in layers
 
 
 @pytest.mark.parametrize("link", ["no-such-page.md", "../explanation/engine.md#no-such-section"])

@@ -1,4 +1,4 @@
-"""Caffe's spatial sizes (:mod:`caffetool.nets.geometry`) against the real engine, case by odd case.
+"""Caffe's spatial sizes (:mod:`caffetool.layers.geometry`) against the real engine, case by odd case.
 
 Each case is one layer on Input blobs, built by pycaffe in ``tmp_path``. Its top's shape, as the
 engine gives it, must be the table's, geometry's, the memory estimate's (its own graph, as
@@ -19,7 +19,7 @@ from google.protobuf import text_format
 from caffetool.errors import NetError
 from caffetool.export import exporter, onnxnet
 from caffetool.memory import netgraph
-from caffetool.nets import geometry
+from caffetool.layers import geometry
 
 FILLER = 'weight_filler { type: "gaussian" std: 1 } bias_filler { type: "gaussian" std: 1 }'
 EXPORTED = ("Convolution", "Deconvolution", "Pooling", "Crop")

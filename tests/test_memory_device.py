@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import text_format
 
 from benchmarks.gpuproof import nets as proof_nets
+from caffetool.layers.convolutions import winograd_nonfused_bytes
 from caffetool.memory import device, estimator, netgraph
 from caffetool.memory.gpumeasure import BASELINE_NET
 
@@ -158,10 +159,10 @@ def test_the_engines_logged_choices_size_the_one_shared_workspace(caffe, tmp_pat
 def test_the_modelled_weight_gradient_of_a_3x3_convolution_is_cudnns_winograd(caffe):
     """WINOGRAD_NONFUSED, as cuDNN 9.19 logged it in the H200 record: VGG-16 b16 conv3_2 and CaffeNet
     b32 conv4 (two groups); where it is past the limit, one image's columns."""
-    assert device.winograd_nonfused_bytes(16, 256, 256, 1, 56, 56) == 240_648_192
-    assert device.winograd_nonfused_bytes(32, 384, 384, 2, 13, 13) == 67_239_936
+    assert winograd_nonfused_bytes(16, 256, 256, 1, 56, 56) == 240_648_192
+    assert winograd_nonfused_bytes(32, 384, 384, 2, 13, 13) == 67_239_936
     node = next(n for n in netgraph.build(parse(caffe, chain(1)), "train", None, None).nodes if n.name == "c1")
-    winograd, columns = device.winograd_nonfused_bytes(4, 8, 8, 1, 16, 16), 8 * 9 * 16 * 16 * 4
+    winograd, columns = winograd_nonfused_bytes(4, 8, 8, 1, 16, 16), 8 * 9 * 16 * 16 * 4
     assert node.info.cudnn_work["backward filter"] == (winograd, columns)
     assert device.need(node, "backward filter", 10**9, None) == winograd
     assert device.need(node, "backward filter", winograd - 1, None) == min(columns, winograd - 1)

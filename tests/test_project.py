@@ -237,7 +237,8 @@ def test_a_gpu_run_checks_the_users_net_against_gpu_memory_first(engine, caffe, 
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """No GPU here: a stand-in GPU (devices.choose and preflight.gpu_memory replaced) of 420 MiB, 20 MiB
     once the 400 MiB reserve is kept, which BVLC's LeNet at batch 64 does not fit."""
-    from caffetool.train import devices, preflight  # noqa: PLC0415
+    from caffetool.backends import devices
+    from caffetool.train import preflight  # noqa: PLC0415
 
     root = lay_out(tmp_path / "caffe", engine, fashion_data)
     monkeypatch.chdir(root)

@@ -57,8 +57,8 @@ def test_entries_are_fields_and_unknown_ones_are_kept_as_they_were(tmp_path):
 
 def test_a_record_writes_the_whole_manifest_at_every_change(engine, tmp_path):
     run = rundir.claim(tmp_path, "r")
-    data = runrecord.new(engine, run, "lenet", {"name": "its data"}, {"gpu": False, "label": "CPU", "flag": []},
-                         {"OMP_NUM_THREADS": "2"}, runrecord.now())
+    data = runrecord.new(engine.record(), engine.gpus, run, "lenet", {"name": "its data"},
+                         {"gpu": False, "label": "CPU", "flag": []}, {"OMP_NUM_THREADS": "2"}, runrecord.now())
     assert (data.name, data.status, data.model) == ("r", "setting-up", "lenet")
     assert data.engine["prefix"] == str(engine.prefix) and data.threads == {"OMP_NUM_THREADS": "2"}
     runrecord.write(run, data)

@@ -23,7 +23,8 @@ from caffetool.errors import ConfigError
 from caffetool.nets import solvers
 from caffetool.runs import metrics_io, snapshots
 from caffetool.runs.logparse import parse_file
-from caffetool.train import devices, session
+from caffetool.backends import devices
+from caffetool.train import session
 
 from .conftest import PROJECT
 from .processes import stop

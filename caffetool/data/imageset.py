@@ -100,7 +100,7 @@ class ImagesetFlags:
 
 
 @dataclass
-class Split:
+class SplitDatabase:
     """What one database holds: its records, their shape if all share one, and what was skipped."""
 
     count: int = 0
@@ -113,7 +113,7 @@ class Split:
 @dataclass
 class BuildResult:
     path: Path
-    splits: dict[str, Split]
+    splits: dict[str, SplitDatabase]
     classes: list[str]
 
 
@@ -263,13 +263,13 @@ def _keeps_file(path: str, encoding: str, channels: int, options: ImagesetFlags)
 
 
 def write_db(root: Path, entries: Sequence[ListEntry], out: Path, options: ImagesetFlags, strict: bool = False,
-             say: Callable[[str], None] = print, progress: bool = False, desc: str = "") -> Split:
+             say: Callable[[str], None] = print, progress: bool = False, desc: str = "") -> SplitDatabase:
     """Write ``entries`` as ``convert_imageset ROOT/ LIST OUT`` with ``options`` would; ``out`` must not exist.
 
     A file that cannot be read is skipped and named (the first :data:`SHOWN_SKIPS`, then a count),
     or refused with ``strict``, as is a damaged one that is stored; a list of which most files cannot
     be read is refused (its paths are most likely not relative to ROOT)."""
-    split = Split(histogram=[0] * (max((e.label for e in entries), default=-1) + 1))
+    split = SplitDatabase(histogram=[0] * (max((e.label for e in entries), default=-1) + 1))
     writer = db.Writer(out, options.backend)
     try:
         keys: list[bytes] = []
@@ -317,7 +317,7 @@ def _passed_over(passed: list[tuple[str, str]], root: Path, entry: ListEntry, wh
     passed.append((entry.path, why))
 
 
-def check_sizes(splits: dict[str, Split], options: ImagesetFlags, root: Path) -> None:
+def check_sizes(splits: dict[str, SplitDatabase], options: ImagesetFlags, root: Path) -> None:
     """Refuse images of different sizes unless ``mixed_sizes``: Caffe's Data layer batches images of
     one size, and a net that does not crop them fails at its first batch of mixed ones."""
     shapes: dict[tuple[int, int, int], int] = {}
@@ -367,7 +367,7 @@ def build(root: Path, out: Path, options: ImagesetFlags, list_file: Path | None 
         where = f"every label in {list_file} is 0" if list_file is not None else f"{root} holds one class folder"
         raise DataError(f"{where}; a classifier learns two classes or more")
     lists = order(entries, shuffle, seed, val_fraction)
-    splits: dict[str, Split] = {}
+    splits: dict[str, SplitDatabase] = {}
     with staged_dir(out, DataError) as built:
         for name, lines in lists.items():
             write_atomic(built / LIST_NAMES[name], "".join(f"{e.path} {e.label}\n" for e in lines), DataError)
@@ -383,7 +383,7 @@ def build(root: Path, out: Path, options: ImagesetFlags, list_file: Path | None 
     return BuildResult(out, splits, classes)
 
 
-def _manifest(name: str, root: str, backend: str, classes: list[str], splits: dict[str, Split],
+def _manifest(name: str, root: str, backend: str, classes: list[str], splits: dict[str, SplitDatabase],
               source: dict) -> dict:
     return {
         "dataset": name,

@@ -27,6 +27,8 @@ import uvicorn
 from starlette.applications import Starlette
 
 from caffetool import proc
+from caffetool.backends import dispatch
+from caffetool.backends.devices import CPU, PycaffeDevice
 from caffetool.choices import PORT
 from caffetool.demo.protocol import DeadlineProtocol
 from caffetool.demo.webapp import create_app
@@ -36,7 +38,6 @@ from caffetool.inference import modelfiles
 from caffetool.serving import classifier, repository, telemetry
 from caffetool.serving.batcher import Batching
 from caffetool.serving.catalog import ServedModel
-from caffetool.train.devices import CPU, PycaffeDevice
 
 CONFIG_VARIABLE = "CAFFETOOL_DEMO_CONFIG"
 KEEP_ALIVE_TIMEOUT = 5  # seconds a connection may wait for its first request, or its next one
@@ -46,6 +47,7 @@ def serve(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str
           max_body: int, workers: int = 1, device: PycaffeDevice = CPU, batching: Batching = Batching()) -> None:
     """Load and check the model (``source``: its files, or a model repository's folder), then serve it
     until Ctrl-C; the address is checked first."""
+    dispatch.chosen(backend, device)  # a backend that cannot run on the device, refused before the port is probed
     check_address(host, port)
     cpu_threads.for_serving()  # before pycaffe loads; workers inherit it
     models = _models(engine, source, backend, device, say=lambda line: print(line, file=sys.stderr, flush=True))

@@ -70,6 +70,10 @@ class EngineInfo:
         layers then run on OpenMP threads if it was built with OpenMP (``options.openmp``)."""
         return any(p.get("name") in TUNING_PATCHES for p in self.manifest.get("patches", []))
 
+    def record(self) -> dict:
+        """What a run's manifest keeps of the engine that trained it: where, and its build manifest."""
+        return {"prefix": str(self.prefix), "manifest": self.manifest}
+
     def as_json(self) -> dict:
         data = asdict(self)
         data["prefix"] = str(self.prefix)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from caffetool.backends import dispatch
+from caffetool.backends.devices import CPU, PycaffeDevice
 from caffetool.choices import choose
 from caffetool.data import db
 from caffetool.engine import EngineInfo, import_caffe
@@ -30,7 +32,6 @@ from caffetool.nets import state, testnets
 from caffetool.runs import labelfile, snapshots
 from caffetool.runs.folder import RunFolder
 from caffetool.train import final_test
-from caffetool.train.devices import CPU, PycaffeDevice
 
 
 @dataclass
@@ -65,7 +66,7 @@ def evaluate(engine: EngineInfo, run_dir: Path, weights: Path | None = None, spl
     """Evaluate the run's ``weights`` (default: its newest complete ones) and record it in the run;
     on ``device``, where ``caffe test`` runs too, so the two are compared on the same arithmetic."""
     split = choose(split, records.SPLITS, "--split")
-    backend = choose(backend, forward.BACKENDS, "--backend")
+    backend = dispatch.chosen(backend, device).name
     pb2 = import_caffe(engine).proto.caffe_pb2
     weights = weights or snapshots.newest_weights(run_dir, pb2)
     if weights is None:

@@ -22,9 +22,9 @@ from caffetool.errors import RunError
 from caffetool.evaluation import confusion_figures, metrics
 from caffetool.fsio import staged_dir
 from caffetool.runs import runrecord
-from caffetool.runs.folder import RunFolder
+from caffetool.runs.folder import EVALUATION_SUMMARY, RunFolder
 
-SUMMARY = "summary.json"
+SUMMARY = EVALUATION_SUMMARY
 FILES = ("confusion.csv", "confusion.png", "per_class.csv", "predictions.csv", "mistakes.png", SUMMARY)
 MISTAKES = 32
 CONFUSED, WORST = 5, 3
@@ -84,7 +84,7 @@ def record(run_dir: Path, summary: dict[str, Any], folder: Path) -> runrecord.Ma
 
 def newest(run_dir: Path) -> Path | None:
     """The run's most recent evaluation folder: the one whose summary.json is newest."""
-    found = [(p.stat().st_mtime, p.parent) for p in RunFolder(run_dir).evaluations.glob(f"*/{SUMMARY}")]
+    found = [(p.stat().st_mtime, p.parent) for p in RunFolder(run_dir).evaluation_summaries()]
     return max(found)[1] if found else None
 
 

@@ -1,4 +1,4 @@
-"""Caffe models as ONNX, verified against Caffe: :mod:`.onnxnet` builds the model layer by layer
-(:mod:`.onnxlayers`, :mod:`.spatial`, :mod:`.normalization` on :mod:`.onnxgraph`), :mod:`.verify` runs it beside
-pycaffe, :mod:`.exporter` writes it only when they agree, with :mod:`.preprocessing` as metadata or in
-the graph; :mod:`.runtime` makes the onnxruntime sessions the verification and the backends use."""
+"""Caffe models as ONNX or PyTorch, verified against Caffe: :mod:`.onnxnet` and :mod:`.torchnet` build the
+model layer by layer from the layer catalogue's translations (:mod:`caffetool.layers`), :mod:`.verify`
+runs it beside pycaffe, :mod:`.exporter` writes it only when they agree, with :mod:`.preprocessing` as
+metadata or in the graph."""

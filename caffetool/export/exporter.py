@@ -1,11 +1,11 @@
 """``caffetool export``: a deploy net and its weights as an ONNX model or as PyTorch code, written only
 once verified.
 
-The order of work is the order of trust: refuse layers ONNX cannot hold (by name and reason), let
-Caffe build the net with the weights in a child (a corrupt file or the weights of another net abort
-Caffe there, not here), convert (:mod:`.onnxnet`; :mod:`.torchnet` for PyTorch), let
-``onnx.checker`` check an ONNX model with its shape inference, run the model beside pycaffe on the
-run's test images or on drawn images (:mod:`.verify`), and only then write the model and its record,
+The order of work is the order of trust: refuse layers the format cannot hold (by name and reason),
+let Caffe build the net with the weights in a child (a corrupt file or the weights of another net
+abort Caffe there, not here), convert and finish the model as its format writes it (ONNX checked by
+``onnx.checker``), run it beside pycaffe on the run's test images or on drawn images
+(:mod:`.verify`), and only then write the model and its record,
 beside it and named after it (``a.onnx``: ``a.export.json``; ``a.py`` and its weights ``a.pt``:
 ``a.pytorch.export.json``; per-layer errors, top-1 agreement, sha256s of deploy, weights and every
 file written, the inputs' paths, versions), so any number of exports share a folder. A model past
@@ -16,40 +16,40 @@ says caffetool wrote exactly those bytes (its sha256), so a model the user chang
 tool's file that a record merely names, is never overwritten. A folder's single ``export.json``,
 which earlier versions wrote, is read as the record of the model it names and gives way to the
 model's own record when that model is exported again.
+
+The flow is the same for every format: what differs is the format's row in :data:`.formats.FORMATS`
+(its files, options and functions, in :mod:`.onnxformat` and :mod:`.torchformat`), so this module
+never asks which format it writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 
-from caffetool import __version__, config, fsio
+from caffetool import __version__, config, extras, fsio
 from caffetool.checksum import sha256_file
 from caffetool.choices import unwritable
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, DataError, ExportError, RunError
-from caffetool.export import inputs, onnxnet, preprocessing, room, runtime, torchnet, verify
+from caffetool.export import formats, inputs, preprocessing, room, verify
 from caffetool.inference import modelfiles
 from caffetool.nets import project
 from caffetool.nets.check import validate
 from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
 
-MODEL = "model.onnx"  # a run's export
-ONNX, PYTORCH = "onnx", "pytorch"
-SUFFIXES = {ONNX: ".onnx", PYTORCH: ".py"}  # the model file of each format
-WEIGHTS_SUFFIX = ".pt"  # a PyTorch export's state_dict, beside its model.py
-RECORD_SUFFIX = ".export.json"  # a model's record: a.onnx -> a.export.json
-RECORD_SUFFIXES = {".onnx": RECORD_SUFFIX, ".py": ".pytorch" + RECORD_SUFFIX}
+RUN_MODEL = "model"  # a run's export, with its format's suffix: RUN/export/model.onnx
 LEGACY_RECORD = "export.json"  # one record per folder, as earlier versions wrote it
 DEFAULT_OPSET = 17
 DEFAULT_TOLERANCE = 1e-4
@@ -66,7 +66,7 @@ class ExportRequest:
     tolerance: float = DEFAULT_TOLERANCE
     images: int | None = None
     with_preprocessing: bool = False
-    to: str = ONNX
+    to: str = formats.DEFAULT.name
 
 
 @dataclass
@@ -77,86 +77,69 @@ class Exported:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def run_model(run_dir: Path, to: str = formats.DEFAULT.name) -> Path:
+    """Where a run's export to ``to`` goes: ``RUN/export/model.onnx`` (``model.py`` for PyTorch)."""
+    return RunFolder(run_dir).export / f"{RUN_MODEL}{formats.named(to).suffix}"
+
+
 def run_request(run_dir: Path, **options: Any) -> ExportRequest:
     """An export of a run's newest weights (or ``options['files']``) to ``RUN/export/model.onnx``
     (``model.py`` with ``to="pytorch"``)."""
     files = options.pop("files", None) or modelfiles.from_run(run_dir)
-    model = RunFolder(run_dir).export / MODEL
-    return ExportRequest(files, model.with_suffix(SUFFIXES[options.get("to", ONNX)]), **options)
+    return ExportRequest(files, run_model(run_dir, options.get("to", formats.DEFAULT.name)), **options)
 
 
 def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None] = print) -> Exported:
     """Convert, verify, and write the model and its record (nothing is written unless verified)."""
     started = time.perf_counter()
-    if request.to == PYTORCH:
-        torchnet.torch_module()
-    else:
-        _check_opset(request.opset)
-    _check_target(request)
-    caffe, net_param, net = _load(engine, request.files, torchnet.refusals if request.to == PYTORCH
-                                  else onnxnet.refusals)
+    form = formats.named(request.to)
+    request = _applied(request, form)
+    _need_extra(form)
+    form.ready(request)
+    _check_target(request, form)
+    caffe, net_param, net = _load(engine, request.files, form.refusals)
     labels = _labels(request.files)
-    if request.to == PYTORCH:
-        return _to_pytorch(engine, request, caffe, net_param, net, labels, say, started)
-    converted = onnxnet.convert(net_param, net, request.opset, request.batch, _name(request.files))
+    converted = form.convert(net_param, net, request, _name(request.files))
     _check_labels(labels, net, converted, request.files)
-    caffe_input, onnx_input = _io_names(converted, request.with_preprocessing)
-    p = _preprocessing(caffe, request.files, net_param, onnx_input)
-    model = _finished(converted, p, labels, request)
+    caffe_input, model_input = _io_names(converted, request.with_preprocessing)
+    p = _preprocessing(caffe, request.files, net_param, model_input)
+    written = form.finish(converted, p, labels, request)
     seconds = {"convert": time.perf_counter() - started}
-    source, feeds = _feeds(caffe, request.files, converted, net_param, p, caffe_input, onnx_input, request)
+    source, feeds = _feeds(caffe, request.files, converted, net_param, p, caffe_input, model_input, request)
     result = verify.verify(net, converted, feeds, request.tolerance, request.batch, source,
-                           verify.onnx_runner(model, converted))
+                           form.runner(written, converted, request.out.name))
     seconds["verify"] = time.perf_counter() - started - seconds["convert"]
     _reported(result, say, "", writing=True)
-    record = _record(engine, request, model, result, p, seconds)
-    _write(request, {request.out: model.SerializeToString()}, record)
-    return Exported(request.out, record_of(request.out), result, seconds)
-
-
-def _to_pytorch(engine: EngineInfo, request: ExportRequest, caffe: Any, net_param: Any, net: Any,
-                labels: list[str] | None, say: Callable[[str], None], started: float) -> Exported:
-    """The PyTorch export: model.py and its weights, verified as the very text and bytes written."""
-    files, weights_file = request.files, weights_of(request.out)
-    about = (f"{net_param.name or _name(files)} as PyTorch code: Caffe's deploy net {Path(files.deploy).name} "
-             f"with the weights {Path(files.weights).name}, exported by caffetool {__version__} and verified "
-             f"against Caffe layer by layer (see {record_of(request.out).name}).")
-    converted = torchnet.convert(net_param, net, _name(files), about, weights_file.name)
-    _check_labels(labels, net, converted, files)
-    caffe_input, image_input = _io_names(converted, False)
-    p = _preprocessing(caffe, files, net_param, image_input)
-    weights = torchnet.serialised(converted)
-    seconds = {"convert": time.perf_counter() - started}
-    source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, image_input, request)
-    result = verify.verify(net, converted, feeds, request.tolerance, None, source,
-                           torchnet.runner(converted.source, weights, converted, request.out.name))
-    seconds["verify"] = time.perf_counter() - started - seconds["convert"]
-    _reported(result, say, "", writing=True)
-    torch = torchnet.torch_module()
     record = {**_record_of_inputs(engine, request, result, p, seconds),
-              "format": PYTORCH, "weights_file": weights_file.name, "class": converted.class_name,
-              "inputs": {blob: ["N", *shape] for blob, shape in converted.inputs.items()},
-              "outputs": [verify.output_blobs(converted)[o] for o in converted.outputs],
-              "labels": labels}
-    record["versions"]["torch"] = torch.__version__
-    _write(request, {request.out: converted.source.encode(), weights_file: weights}, record)
+              **form.record(written, converted, labels, request)}
+    record["versions"].update({module: importlib.import_module(module).__version__ for module in form.versions})
+    _write(request, form.contents(written, request.out), record)
     return Exported(request.out, record_of(request.out), result, seconds)
+
+
+def _applied(request: ExportRequest, form: formats.ExportFormat) -> ExportRequest:
+    """``request`` with the options of other formats at their defaults: they do not apply to ``form``."""
+    defaults = {f.name: f.default for f in fields(ExportRequest)}
+    others = {option for f in formats.FORMATS.values() for option in f.options} - set(form.options)
+    return replace(request, to=form.name, **{option: defaults[option] for option in others})
+
+
+def _need_extra(form: formats.ExportFormat) -> None:
+    """Refuse a format whose optional extra is not installed, saying how to install it."""
+    if form.extra is not None:
+        extras.need(form.extra, f"exporting to {form.title}", form.extra_hint)
 
 
 def record_of(model: Path) -> Path:
     """Where ``model``'s record goes: beside it, named after it (``a.onnx``: ``a.export.json``,
     ``a.py``: ``a.pytorch.export.json``)."""
-    return model.with_name(model.stem + RECORD_SUFFIXES.get(model.suffix, RECORD_SUFFIX))
-
-
-def weights_of(model: Path) -> Path:
-    """A PyTorch export's weights: beside its model.py, named after it."""
-    return model.with_suffix(WEIGHTS_SUFFIX)
+    return model.with_name(model.stem + formats.of_file(model).record_suffix)
 
 
 def written_files(model: Path) -> list[Path]:
-    """Every file an export of ``model`` writes but its record: the model, and a PyTorch export's weights."""
-    return [model, weights_of(model)] if model.suffix == SUFFIXES[PYTORCH] else [model]
+    """Every file an export of ``model`` writes but its record: the model, and what its format writes
+    beside it (a PyTorch export's weights)."""
+    return [model, *(model.with_suffix(suffix) for suffix in formats.of_file(model).beside)]
 
 
 def record_for(model: Path) -> Path | None:
@@ -179,32 +162,20 @@ def recorded_inputs(model: Path) -> dict[str, str | None]:
     return {key: made.get(key) if isinstance(made.get(key), str) else None for key in ("run", "deploy", "weights")}
 
 
-def _check_opset(opset: int) -> None:
-    newest = onnx.defs.onnx_opset_version()
-    if not onnxnet.MIN_OPSET <= opset <= newest:
-        raise ConfigError(f"--opset {opset} is outside {onnxnet.MIN_OPSET}..{newest} (the onnx package here "
-                          f"knows opsets up to {newest}; the export needs {onnxnet.MIN_OPSET} or later)")
-
-
-def _check_target(request: ExportRequest) -> None:
+def _check_target(request: ExportRequest, form: formats.ExportFormat) -> None:
     """Refuse, with nothing changed, an ``--out`` that names no model file of its format or would
     write over an input, and any file in the way that caffetool did not write."""
-    _check_name(request)
-    _check_replaceable(request)
+    _check_name(request, form)
+    _check_replaceable(request, form)
 
 
-def _check_name(request: ExportRequest) -> None:
-    """The model's file name: its format's suffix, importable for PyTorch, outside a run's top folder,
-    and none of the files written one of the inputs."""
+def _check_name(request: ExportRequest, form: formats.ExportFormat) -> None:
+    """The model's file name: its format's suffix, one the format can use (importable for PyTorch),
+    outside a run's top folder, and none of the files written one of the inputs."""
     out = request.out
-    suffix = SUFFIXES[request.to]
-    if out.suffix != suffix:
-        raise ConfigError(f"--out {out} should end in {suffix}" + (
-            f" (--to {PYTORCH} writes a Python module, its weights beside it as NAME{WEIGHTS_SUFFIX})"
-            if request.to == PYTORCH else ""))
-    if request.to == PYTORCH and not torchnet.importable(out.stem):
-        raise ConfigError(f"--out {out}: {out.stem!r} is not a name Python can import; choose one such as "
-                          f"{torchnet.module_name(out.stem)}{suffix} (nothing was changed)")
+    if out.suffix != form.suffix:
+        raise ConfigError(f"--out {out} should end in {form.suffix}{form.wrong_suffix}")
+    form.check_name(out)
     if RunFolder(out.parent).manifest.is_file():
         raise ConfigError(f"--out {out} is in the top folder of the run {out.parent}, beside its manifest; a run's "
                           f"export goes to {RunFolder(out.parent).export} (`caffetool export {out.parent.name}`), "
@@ -216,11 +187,11 @@ def _check_name(request: ExportRequest) -> None:
                               "changed)")
 
 
-def _check_replaceable(request: ExportRequest) -> None:
+def _check_replaceable(request: ExportRequest, form: formats.ExportFormat) -> None:
     """Replace only a model caffetool wrote: one whose record beside it names it and holds the sha256
     of every file it writes."""
     out = request.out
-    # a run's own export (evaluate and the demo's onnxruntime backend make it too) has no --out to choose
+    # a run's own export (evaluate and the demo's backends make it too) has no --out to choose
     own = request.files.run is not None and out.parent == RunFolder(request.files.run).export
     way_out = (f"move it out of {out.parent}, where the run's export is written" if own else
                "move it away or choose another --out")
@@ -240,7 +211,7 @@ def _check_replaceable(request: ExportRequest) -> None:
                           f"{way_out} (nothing was changed)")
     for target in targets:
         if target.exists() and sha256_file(target) not in _shas(made, target):
-            what = "model" if target == out else "weights file"
+            what = "model" if target == out else form.beside[target.suffix]
             raise ConfigError(f"{target} is not the {what} caffetool wrote ({record} records another sha256): it was "
                               f"changed or replaced since; {way_out} (nothing was changed)")
 
@@ -269,16 +240,15 @@ def _shas(made: dict[str, Any], path: Path) -> set[str]:
 
 
 def _preprocessing(caffe: Any, files: modelfiles.ModelFiles, net_param: Any,
-                   onnx_input: str | None) -> preprocessing.Preprocessing | None:
+                   model_input: str | None) -> preprocessing.Preprocessing | None:
     """How images become the input of a net that takes images (its run's transform, or the flags'); None
     for a net that takes something else."""
-    if onnx_input is None:
+    if model_input is None:
         return None
     return preprocessing.Preprocessing.of(modelfiles.transform_of(caffe, files, net_param))
 
 
-def _load(engine: EngineInfo, files: modelfiles.ModelFiles,
-          refusals: Callable[[Any], None] = onnxnet.refusals) -> tuple[Any, Any, Any]:
+def _load(engine: EngineInfo, files: modelfiles.ModelFiles, refusals: Callable[[Any], None]) -> tuple[Any, Any, Any]:
     """pycaffe, the deploy NetParameter and the net with its weights, once ``refusals`` (the format's)
     found no layer it cannot write."""
     caffe = import_caffe(engine)
@@ -309,7 +279,7 @@ def _labels(files: modelfiles.ModelFiles) -> list[str] | None:
     return labelfile.read(Path(files.labels)) if files.labels and Path(files.labels).is_file() else None
 
 
-def _check_labels(labels: list[str] | None, net: Any, converted: onnxnet.Converted | torchnet.TorchConverted,
+def _check_labels(labels: list[str] | None, net: Any, converted: formats.Conversion,
                   files: modelfiles.ModelFiles) -> None:
     """Labels go into the model's metadata (a PyTorch export's record): as many as the net's last
     output has values per image."""
@@ -327,7 +297,7 @@ def _name(files: modelfiles.ModelFiles) -> str:
     return files.run.name if files.run else Path(files.weights).stem
 
 
-def _io_names(converted: onnxnet.Converted | torchnet.TorchConverted,
+def _io_names(converted: formats.Conversion,
               with_preprocessing: bool) -> tuple[str, str | None]:
     """(the Caffe input images go to, the model's input for them); None when the net takes no images."""
     images = [name for name, shape in converted.inputs.items() if len(shape) == 3]
@@ -338,32 +308,12 @@ def _io_names(converted: onnxnet.Converted | torchnet.TorchConverted,
     return images[0], preprocessing.IMAGE_INPUT if with_preprocessing else images[0]
 
 
-def _finished(converted: onnxnet.Converted, p: preprocessing.Preprocessing | None, labels: list[str] | None,
-              request: ExportRequest) -> onnx.ModelProto:
-    """The model as written: metadata, the preprocessing in the graph when asked, checked by onnx."""
-    model = converted.model
-    if request.with_preprocessing:
-        model = preprocessing.prepend(model, next(iter(converted.inputs)), p,
-                                      request.batch if request.batch is not None else onnxnet.DYNAMIC_BATCH)
-    props = {**(p.metadata() if p else {}),
-             preprocessing.IN_GRAPH: str(request.with_preprocessing).lower()}
-    if labels is not None:
-        props[preprocessing.LABELS] = json.dumps(labels)
-    onnx.helper.set_model_props(model, props)
-    model.producer_version = __version__
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise ExportError(f"onnx's checker refused the converted model: {str(e).strip().splitlines()[0]}") from None
-    return model
-
-
-def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converted | torchnet.TorchConverted,
+def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: formats.Conversion,
            net_param: Any,
-           p: preprocessing.Preprocessing | None, caffe_input: str, onnx_input: str | None,
+           p: preprocessing.Preprocessing | None, caffe_input: str, model_input: str | None,
            request: ExportRequest) -> tuple[str, Iterator[inputs.Feeds]]:
     size = room.pass_size(net_param, request.batch or VERIFY_BATCH, fixed=request.batch is not None)
-    if onnx_input is None or p is None:
+    if model_input is None or p is None:
         count = request.images or DRAWN_IMAGES
         return f"{count} drawn inputs (seed {inputs.SEED})", _other_feeds(converted, net_param, count, size)
     transformer = p.transformer(caffe, caffe_input)
@@ -374,13 +324,13 @@ def _feeds(caffe: Any, files: modelfiles.ModelFiles, converted: onnxnet.Converte
             items = ((inputs.as_loaded(pixels, p) if request.with_preprocessing else None, blob)
                      for pixels, blob in first)
             return (_test_images_said(files.run, caffe.proto.caffe_pb2, count),
-                    inputs.batched(_peeked(items), size, caffe_input, onnx_input, p, transformer))
+                    inputs.batched(_peeked(items), size, caffe_input, model_input, p, transformer))
         except (DataError, RunError):
             pass  # a run without a test database of its own: drawn images, as for a deploy net
     count = request.images or DRAWN_IMAGES
     drawn = ((image, None) for image in inputs.drawn_images(p, count))
     return (f"{count} drawn images (seed {inputs.SEED})",
-            inputs.batched(drawn, size, caffe_input, onnx_input, p, transformer))
+            inputs.batched(drawn, size, caffe_input, model_input, p, transformer))
 
 
 def _test_images_said(run: Path, caffe_pb2: Any, count: int) -> str:
@@ -401,7 +351,7 @@ def _peeked(items: Iterator) -> Iterator:
     return chained()
 
 
-def _other_feeds(converted: onnxnet.Converted | torchnet.TorchConverted, net_param: Any, count: int, size: int) -> Iterator[inputs.Feeds]:
+def _other_feeds(converted: formats.Conversion, net_param: Any, count: int, size: int) -> Iterator[inputs.Feeds]:
     embeds = {layer.bottom[0]: layer.embed_param.input_dim for layer in net_param.layer if layer.type == "Embed"}
     rng = np.random.default_rng(inputs.SEED)
     for start in range(0, count, size):
@@ -429,25 +379,6 @@ def _record_of_inputs(engine: EngineInfo, request: ExportRequest, result: verify
     }
 
 
-def _record(engine: EngineInfo, request: ExportRequest, model: onnx.ModelProto, result: verify.Verification,
-            p: preprocessing.Preprocessing | None, seconds: dict) -> dict:
-    import onnxruntime  # noqa: PLC0415
-
-    record = {**_record_of_inputs(engine, request, result, p, seconds),
-              "opset": request.opset, "ir_version": model.ir_version,
-              "batch": request.batch if request.batch is not None else "dynamic",
-              "inputs": {i.name: _dims(i) for i in model.graph.input},
-              "outputs": {o.name: _dims(o) for o in model.graph.output},
-              "preprocessing_in_graph": request.with_preprocessing}
-    record["versions"].update(onnx=onnx.__version__, onnxruntime=onnxruntime.__version__)
-    return record
-
-
-def _dims(value: onnx.ValueInfoProto) -> list[int | str] | None:
-    t = value.type.tensor_type
-    return [d.dim_param or d.dim_value for d in t.shape.dim] if t.HasField("shape") else None
-
-
 def _write(request: ExportRequest, contents: dict[Path, bytes], record: dict) -> None:
     """The export's files and its record, nothing else in their folder touched. The record goes first
     and also vouches for the files it replaces, so a write cut short between them leaves files that
@@ -473,81 +404,20 @@ def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, to
           images: int | None, say: Callable[[str], None] = print) -> verify.Verification:
     """``export.check``: an existing model against Caffe again, layer by layer, on the same inputs as
     an export (its tensors carry Caffe's blob names, as caffetool's exports do; a PyTorch export's
-    attributes are named after Caffe's layers)."""
-    if model_path.suffix == SUFFIXES[PYTORCH]:
-        return _check_pytorch(engine, model_path, files, tolerance, images, say)
-    caffe, net_param, net = _load(engine, files)
-    model = runtime.read_model(model_path)
-    opset = _opset(model, model_path)
-    first = model.graph.input[0].type.tensor_type.shape.dim[0] if model.graph.input else None
-    batch = first.dim_value if first is not None and first.dim_value else None
-    converted = onnxnet.convert(net_param, net, opset, batch, _name(files))
-    _check_interface(model, model_path, converted)
-    missing = [name for c in converted.compared for _, name in c.outputs
-               if name not in {t for node in model.graph.node for t in node.output}]
-    if missing:
-        raise ExportError(f"{model_path} has no tensor {missing[0]!r} for the deploy net's blob of that name: it "
-                          "is not an export of this net (or was made by another tool)")
-    with_preprocessing = any(i.name == preprocessing.IMAGE_INPUT for i in model.graph.input)
-    caffe_input, onnx_input = _io_names(converted, with_preprocessing)
-    p = _preprocessing(caffe, files, net_param, onnx_input)
-    request = ExportRequest(files, model_path, opset, batch, tolerance, images,
-                            with_preprocessing)
-    source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, onnx_input, request)
-    result = verify.verify(net, converted, feeds, tolerance, batch, source, verify.onnx_runner(model, converted))
+    attributes are named after Caffe's layers), read and run as its format writes it."""
+    form = formats.of_file(model_path)
+    _need_extra(form)
+    written = form.read(model_path)
+    caffe, net_param, net = _load(engine, files, form.refusals)
+    converted, options = form.reconvert(written, model_path, net_param, net, _name(files))
+    request = ExportRequest(files, model_path, tolerance=tolerance, images=images, to=form.name, **options)
+    caffe_input, model_input = _io_names(converted, request.with_preprocessing)
+    p = _preprocessing(caffe, files, net_param, model_input)
+    source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, model_input, request)
+    result = verify.verify(net, converted, feeds, tolerance, request.batch, source,
+                           form.runner(written, converted, str(model_path)))
     _reported(result, say, f"{model_path}: ", writing=False)
     return result
-
-
-def _check_pytorch(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, tolerance: float,
-                   images: int | None, say: Callable[[str], None]) -> verify.Verification:
-    """``export.check`` of a PyTorch export: its model.py with the weights beside it, as written."""
-    torchnet.torch_module()
-    weights_file = weights_of(model_path)
-    try:
-        source, weights = model_path.read_text(), weights_file.read_bytes()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ExportError(f"cannot read the PyTorch export {model_path} and its weights {weights_file.name} "
-                          f"({e.strerror if isinstance(e, OSError) else 'not text'}): export the model again") from None
-    caffe, net_param, net = _load(engine, files, torchnet.refusals)
-    converted = torchnet.convert(net_param, net, _name(files), "", weights_file.name)
-    caffe_input, image_input = _io_names(converted, False)
-    p = _preprocessing(caffe, files, net_param, image_input)
-    request = ExportRequest(files, model_path, tolerance=tolerance, images=images, to=PYTORCH)
-    source_said, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, image_input, request)
-    result = verify.verify(net, converted, feeds, tolerance, None, source_said,
-                           torchnet.runner(source, weights, converted, str(model_path)))
-    _reported(result, say, f"{model_path}: ", writing=False)
-    return result
-
-
-def _opset(model: onnx.ModelProto, path: Path) -> int:
-    """The ONNX operator set ``model`` declares; a model that declares none is damaged."""
-    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    if not versions:
-        raise ExportError(f"{path} declares no ONNX operator set (its opset_import is empty): it is damaged or "
-                          "not an export; export the model again")
-    return versions[0]
-
-
-def _check_interface(model: onnx.ModelProto, path: Path, converted: onnxnet.Converted) -> None:
-    """The model's inputs and outputs are the deploy net's: each input by name with the net's shape
-    (batch aside), each output of the net present."""
-    given = {i.name: i for i in model.graph.input}
-    for name, shape in converted.inputs.items():
-        if name not in given and preprocessing.IMAGE_INPUT not in given:
-            raise ExportError(f"{path} has no input {name!r}, which the deploy net takes: it is not an export of "
-                              "this net")
-        if name in given:
-            dims = [d.dim_value or d.dim_param for d in given[name].type.tensor_type.shape.dim][1:]
-            if [d for d in dims if isinstance(d, int)] and dims != list(shape):
-                raise ExportError(f"{path}: its input {name!r} takes {'x'.join(map(str, dims))} per item, the deploy "
-                                  f"net {'x'.join(map(str, shape))}: it is not an export of this net")
-    outputs = {o.name for o in model.graph.output}
-    missing = [name for name in converted.outputs if name not in outputs]
-    if missing:
-        raise ExportError(f"{path} has no graph output {missing[0]!r}, which the deploy net gives: it is damaged "
-                          "or not an export of this net; export the model again")
 
 
 def _reported(result: verify.Verification, say: Callable[[str], None], where: str, writing: bool) -> None:
@@ -570,27 +440,51 @@ def _reported(result: verify.Verification, say: Callable[[str], None], where: st
 
 
 
-def verified_export(engine: EngineInfo, files: modelfiles.ModelFiles,
+def verified_export(engine: EngineInfo, files: modelfiles.ModelFiles, to: str = formats.DEFAULT.name,
                     say: Callable[[str], None] = print) -> Path:
-    """The verified export of exactly these deploy net and weights (its record's sha256s match), made now
-    if missing or stale: a run's in its export folder, other files' in caffetool's cache (one folder per
-    pair of deploy and weights). What the ``onnxruntime`` backend runs, and OpenCV 5's."""
+    """The verified export to ``to`` of exactly these deploy net and weights (its record's sha256s of
+    them and of every file written match), made now if missing or stale: a run's in its export folder,
+    other files' in caffetool's cache (one folder per pair of deploy and weights). The model file: what
+    the ``onnxruntime`` backend runs and OpenCV 5's; a PyTorch export's ``model.py`` for the PyTorch
+    backend."""
+    form = formats.named(to)
     if files.run is not None:
-        model, request = RunFolder(files.run).export / MODEL, run_request(files.run, files=files)
-        named = files.run.name
+        request, named = run_request(files.run, files=files, to=form.name), files.run.name
     else:
         pair = sha256_file(Path(files.deploy)) + sha256_file(Path(files.weights))
-        model = config.cache_home() / "exports" / hashlib.sha256(pair.encode()).hexdigest()[:16] / MODEL
-        request, named = ExportRequest(files, model), Path(files.weights).name
-    record = record_for(model)
-    try:
-        made = json.loads(record.read_text()) if record is not None else {}
-        fresh = (made["sha256"]["weights"] == sha256_file(Path(files.weights))
-                 and made["sha256"]["deploy"] == sha256_file(Path(files.deploy))
-                 and made["sha256"]["onnx"] == sha256_file(model) and not made.get("preprocessing_in_graph"))
-    except (OSError, ValueError, KeyError, TypeError):
-        fresh = False
-    if not fresh:
-        say(f"exporting {named} to ONNX ({model}), verified against Caffe first")
+        entry = config.cache_home() / "exports" / hashlib.sha256(pair.encode()).hexdigest()[:16]
+        request = ExportRequest(files, entry / f"{RUN_MODEL}{form.suffix}", to=form.name)
+        named = Path(files.weights).name
+    if not _fresh(request.out, files, form):
+        if files.run is None:
+            _clear_blocked(request, form)
+        say(f"exporting {named} to {form.title} ({request.out}), verified against Caffe first")
         export(engine, request, say=lambda _: None)
-    return model
+    return request.out
+
+
+def _fresh(model: Path, files: modelfiles.ModelFiles, form: formats.ExportFormat) -> bool:
+    """Whether ``model``'s record vouches for these deploy net and weights and for every file written as
+    it is now, and is of the plain export :func:`verified_export` serves."""
+    record = record_for(model)
+    made = _written(record) if record is not None else {}
+    sha = made.get("sha256")
+    if not isinstance(sha, dict) or any(made.get(key) for key in form.not_served):
+        return False
+    try:
+        return (sha.get("weights") == sha256_file(Path(files.weights))
+                and sha.get("deploy") == sha256_file(Path(files.deploy))
+                and all(sha.get(_sha_key(path)) == sha256_file(path) for path in written_files(model)))
+    except OSError:
+        return False
+
+
+def _clear_blocked(request: ExportRequest, form: formats.ExportFormat) -> None:
+    """A cache entry whose files an export would refuse to replace (changed since caffetool wrote them)
+    removed, record and all: the cache is caffetool's alone, so its entry is made again instead."""
+    try:
+        _check_replaceable(request, form)
+    except ConfigError:
+        for path in (*written_files(request.out), record_of(request.out)):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)

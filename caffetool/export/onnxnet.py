@@ -1,5 +1,6 @@
 """A Caffe deploy net with its weights, as one ONNX model: the layers in Caffe's order, each as the
-operators of :mod:`.onnxlayers`, with the weights pycaffe loaded.
+operators of its type's ``onnx`` in the layer catalogue (:mod:`caffetool.layers`), with the weights
+pycaffe loaded.
 
 The layers are those Caffe itself kept (``caffe.Net`` applies the ``include``/``exclude`` rules; the
 Split layers it inserts are left out: ONNX tensors fan out by themselves), and the shapes are the
@@ -10,6 +11,7 @@ every layer which Caffe blob each of its outputs is, which is what :mod:`.verify
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +19,9 @@ import numpy as np
 import onnx
 
 from caffetool.errors import ExportError
-from caffetool.export import onnxlayers
-from caffetool.export.caffelayer import Layer, kept_layers
-from caffetool.export.onnxgraph import OnnxGraph, tensor
+from caffetool.layers import catalogue
+from caffetool.layers.caffelayer import Layer
+from caffetool.layers.onnxgraph import OnnxGraph, tensor
 
 DYNAMIC_BATCH = "N"
 MIN_OPSET = 13  # Softmax over one axis, Split sizes, Unsqueeze axes and Clip bounds as inputs
@@ -46,12 +48,22 @@ class Converted:
 def refusals(net_param: Any) -> None:
     """Refuse, before anything is built, the first layer no ONNX operator can express: by name and reason."""
     for layer in net_param.layer:
-        if layer.type in onnxlayers.REFUSED:
-            raise ExportError(f"layer {layer.name!r} ({layer.type}) cannot be exported: "
-                              f"{onnxlayers.REFUSED[layer.type]}")
-        if layer.type not in onnxlayers.CONVERTERS and layer.type not in ("Input", "Silence"):
+        if (why := catalogue.refusal(layer.type, "onnx")) is not None:
+            raise ExportError(f"layer {layer.name!r} ({layer.type}) cannot be exported: {why}")
+        if not catalogue.covered(layer.type, "onnx"):
             raise ExportError(f"layer {layer.name!r} has type {layer.type!r}, which is not a BVLC Caffe 1.0 layer "
-                              "the export covers (see the export guide's list of layers, docs/guides/export.md)")
+                              "the export covers (docs/reference/layers.md lists the types each export covers)")
+
+
+def kept_layers(net_param: Any, net: Any) -> tuple[list[str], list[Any]]:
+    """(pycaffe's layer names in order, the deploy net's layers Caffe kept, in order): ``caffe.Net``
+    applies the ``include``/``exclude`` rules and inserts Split layers, which the exports leave out."""
+    order = list(net._layer_names)
+    kept = [layer for layer in net_param.layer if layer.name in set(order)]
+    twice = [n for n, c in Counter(layer.name for layer in kept).items() if c > 1]
+    if twice:
+        raise ExportError(f"two layers are named {twice[0]!r}; give each layer its own name")
+    return order, kept
 
 
 def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) -> Converted:
@@ -71,7 +83,7 @@ def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) 
     learned = net.params  # pycaffe builds this mapping on each access
     compared = []
     for layer in kept:
-        if layer.type in ("Input", "Silence"):
+        if catalogue.omitted(layer.type, "onnx"):
             continue
         missing = [b for b in layer.bottom if b not in current]
         if missing:
@@ -81,7 +93,7 @@ def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) 
         item = Layer(layer, [current[b] for b in layer.bottom], tops,
                             [tuple(net.blobs[b].data.shape) for b in layer.bottom],
                             [tuple(net.blobs[t].data.shape) for t in layer.top], params)
-        onnxlayers.CONVERTERS[layer.type](g, item)
+        catalogue.translation(layer.type, "onnx")(g, item)
         current.update(zip(layer.top, tops))
         compared.append(Compared(layer.name, layer.type, order.index(layer.name), tuple(zip(layer.top, tops))))
     outputs = [current[blob] for blob in net.outputs if blob in current]

@@ -27,7 +27,7 @@ import onnx
 
 from caffetool.data import imageheader
 from caffetool.errors import ExportError
-from caffetool.export.onnxgraph import OnnxGraph, tensor
+from caffetool.layers.onnxgraph import OnnxGraph, tensor
 
 IMAGE_INPUT = "image"
 # Bounds on what metadata may say: Caffe's own nets use scales of 1/255 to 255; an image is resized to

@@ -5,8 +5,8 @@ As in :mod:`.onnxnet`, the layers are those Caffe itself kept (``include``/``exc
 Split layers it inserts left out: a Python variable fans out by itself), with the shapes Caffe gave
 each blob. Each layer becomes an attribute named after it (characters Python does not allow in a
 name become ``_``), each blob a variable of ``forward`` named after it. The verification runs the
-exact text and the exact bytes that are written: the source compiled, the weights read back from
-their serialised form, every layer's outputs caught by a forward hook on its attribute.
+exact text and the exact bytes that are written, loaded as the ``pytorch`` backend loads an export
+(:mod:`caffetool.backends.torchmodule`), every layer's outputs caught by a forward hook on its attribute.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from caffetool import extras
+from caffetool.backends import torchmodule
+from caffetool.backends.torchmodule import module_class
 from caffetool.errors import ExportError
-from caffetool.export import onnxlayers, torchcode, torchlayers
-from caffetool.export.caffelayer import Layer, kept_layers
-from caffetool.export.onnxnet import Compared
+from caffetool.export import torchcode
+from caffetool.export.onnxnet import Compared, kept_layers
+from caffetool.layers import catalogue
+from caffetool.layers.caffelayer import Layer
 
-SKIPPED = ("Input", "Silence")  # no attribute: the inputs are forward's arguments; Silence computes nothing
-CPU_BUILD = (" (on a machine without a GPU, PyTorch's CPU build is about a fifth of the size: pip install torch "
-             "--index-url https://download.pytorch.org/whl/cpu)")
+CPU_BUILD = torchmodule.CPU_BUILD  # how to install PyTorch, said where the export needs it
 
 
 @dataclass
@@ -43,21 +43,17 @@ class TorchConverted:
 
 def torch_module() -> Any:
     """``torch``, or an error that says how to install it."""
-    extras.need("pytorch", "exporting to PyTorch", CPU_BUILD)
-    import torch  # noqa: PLC0415 - an optional extra
-
-    return torch
+    return torchmodule.torch_for("exporting to PyTorch")
 
 
 def refusals(net_param: Any) -> None:
     """Refuse, before anything is built, the first layer the PyTorch export cannot write: by name and type."""
     for layer in net_param.layer:
-        if layer.type in onnxlayers.REFUSED:
-            raise ExportError(f"layer {layer.name!r} ({layer.type}) cannot be exported: "
-                              f"{onnxlayers.REFUSED[layer.type]}")
-        if layer.type not in torchlayers.TRANSLATIONS and layer.type not in SKIPPED:
-            onnx = "the ONNX export (caffetool export without --to) covers it" if layer.type in onnxlayers.CONVERTERS \
-                else "nor does the ONNX export"
+        if (why := catalogue.refusal(layer.type, "onnx")) is not None:
+            raise ExportError(f"layer {layer.name!r} ({layer.type}) cannot be exported: {why}")
+        if not catalogue.covered(layer.type, "pytorch"):
+            onnx = ("the ONNX export (caffetool export without --to) covers it" if catalogue.covered(layer.type, "onnx")
+                    else "nor does the ONNX export")
             raise ExportError(f"layer {layer.name!r} ({layer.type}) cannot be exported to PyTorch: the PyTorch export "
                               f"does not cover {layer.type} layers; {onnx}")
 
@@ -78,7 +74,7 @@ def convert(net_param: Any, net: Any, name: str, about: str, weights_name: str) 
     learned = net.params
     last = {}
     for layer in kept:
-        if layer.type in SKIPPED:
+        if catalogue.omitted(layer.type, "pytorch"):  # the inputs are forward's arguments; Silence computes nothing
             continue
         missing = [b for b in layer.bottom if b not in current]
         if missing:
@@ -88,7 +84,7 @@ def convert(net_param: Any, net: Any, name: str, about: str, weights_name: str) 
         item = Layer(layer, [current[b] for b in layer.bottom], [variable.of(t) for t in layer.top],
                      [tuple(net.blobs[b].data.shape) for b in layer.bottom],
                      [tuple(net.blobs[t].data.shape) for t in layer.top], params)
-        made = torchlayers.TRANSLATIONS[layer.type](item)
+        made = catalogue.translation(layer.type, "pytorch")(item)
         attributes.append(torchcode.Attribute(attr, layer.name, made.build))
         args = ", ".join(item.bottoms)
         steps.append(torchcode.Step(tuple(item.tops), made.call.format(*item.bottoms, self=f"self.{attr}", args=args)))
@@ -165,55 +161,21 @@ def serialised(converted: TorchConverted) -> bytes:
     return buffer.getvalue()
 
 
-def module_class(source: str, class_name: str, filename: str = "model.py") -> type:
-    """The class ``source`` defines, compiled as a module of its own."""
-    namespace: dict[str, Any] = {"__name__": "caffetool_exported_model", "__file__": filename}
-    try:
-        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the module the export wrote
-    except Exception as e:
-        raise ExportError(f"{filename} cannot be run: {type(e).__name__}: {e}") from None
-    found = namespace.get(class_name)
-    if not isinstance(found, type):
-        raise ExportError(f"{filename} defines no class {class_name}: it is not an export of this net")
-    return found
-
-
 def runner(source: str, weights: bytes, converted: TorchConverted, filename: str = "model.py"
            ) -> Callable[[dict[str, np.ndarray]], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """What the verification calls with each batch: (every layer's outputs, forward's outputs), by
     compared name, from ``source`` with ``weights`` in eval mode."""
-    torch = torch_module()
-    model = module_class(source, converted.class_name, filename)()
-    try:
-        model.load_state_dict(torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True), strict=True)
-    except Exception as e:
-        raise ExportError(f"the weights cannot be loaded into {filename}'s {converted.class_name}: "
-                          f"{str(e).strip().splitlines()[0]}") from None
-    model.eval()
-    caught: dict[str, np.ndarray] = {}
-
-    def catch(attr: str) -> Callable:
-        def hook(_module: Any, _inputs: Any, output: Any) -> None:
-            for i, value in enumerate(output if isinstance(output, tuple) else (output,)):
-                caught[f"{attr}:{i}"] = value.detach().numpy().copy()
-        return hook
-
-    for c in converted.compared:
-        attr = c.outputs[0][1].rsplit(":", 1)[0]
-        module = getattr(model, attr, None)
-        if module is None:
-            raise ExportError(f"{filename}'s {converted.class_name} has no attribute {attr!r} for the deploy net's "
-                              f"layer {c.layer!r}: it is not an export of this net")
-        module.register_forward_hook(catch(attr))
+    names = [name for c in converted.compared for _, name in c.outputs]
+    model = torchmodule.model_of(torchmodule.instance(source, converted.class_name, weights, filename),
+                                 list(converted.inputs), converted.outputs, {name: name for name in names}, filename)
 
     def run(feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        caught.clear()
-        with torch.inference_mode():
-            try:
-                out = model(*(torch.from_numpy(feeds[blob]) for blob in converted.inputs))
-            except Exception as e:
-                raise ExportError(f"{filename} cannot run on the inputs: {type(e).__name__}: "
-                                  f"{str(e).strip().splitlines()[0]}") from None
-        outs = out if isinstance(out, tuple) else (out,)
-        return dict(caught), {name: value.numpy() for name, value in zip(converted.outputs, outs)}
+        got = model(feeds)
+        return {name: got[name] for name in names}, {name: got[name] for name in converted.outputs}
     return run
+
+
+def attribute_of(layer_name: str) -> str:
+    """The attribute of ``model.py``'s module that a layer named ``layer_name`` becomes (where no other
+    layer's name meets it once Python's characters are applied, which would add a suffix)."""
+    return _Names(_reserved()).of(layer_name)

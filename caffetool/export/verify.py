@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from caffetool.export import runtime
+from caffetool.backends import onnxrt
 from caffetool.export.onnxnet import Converted
 
 
@@ -109,14 +109,9 @@ Run = Callable[[dict[str, np.ndarray]], tuple[dict[str, np.ndarray], dict[str, n
 def onnx_runner(model: onnx.ModelProto, converted: Converted) -> Run:
     """The ONNX model's side of :func:`verify`: once with every layer's output made a graph output,
     once as exported."""
-    names = [name for c in converted.compared for _, name in c.outputs]
-    every = runtime.session_of(model, names)
-    plain = runtime.session_of(model)
-
-    def run(fed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        return (dict(zip(names, runtime.run(every, names, fed))),
-                dict(zip(converted.outputs, runtime.run(plain, converted.outputs, fed))))
-    return run
+    every = onnxrt.model_of(model, [name for c in converted.compared for _, name in c.outputs])
+    plain = onnxrt.model_of(model, converted.outputs)
+    return lambda fed: (every(fed), plain(fed))
 
 
 def verify(net: Any, converted: Converted, batches: Iterable[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],

@@ -28,9 +28,9 @@ baseline net (raw record ``benchmarks/gpu/h200-2026-11-27-call1/results.json``, 
   backward filter: WINOGRAD_NONFUSED, workspace 8190416 bytes"), and :func:`logged_needs` reads
   those lines so an estimate can take the real needs. Without them the need is modelled per call
   (``LayerInfo.cudnn_work``): a 3x3, stride-1 convolution's weight gradient by cuDNN's
-  WINOGRAD_NONFUSED F(4x4, 3x3) (:func:`winograd_nonfused_bytes`), the heuristic's first choice
-  for 32 of the record's 42 such calls, every byte as logged; any other call by one image's im2col
-  columns, what a GEMM-based algorithm works in. The model cannot foresee the other choices that
+  WINOGRAD_NONFUSED F(4x4, 3x3) (:func:`caffetool.layers.convolutions.winograd_nonfused_bytes`), the
+  heuristic's first choice for 32 of the record's 42 such calls, every byte as logged; any other call
+  by one image's im2col columns, what a GEMM-based algorithm works in. The model cannot foresee the other choices that
   need much more: FFT on small maps (CaffeNet b32's conv3 forward took 237 MiB where it predicts
   64), WINOGRAD_NONFUSED on 5x5 kernels (LeNet b64's conv1: 7.8 MiB against 0.1); give the log.
 * **cuDNN itself**: the handle costs nothing visible (16 cuDNN ReLU or pooling layers: +0 MiB over
@@ -48,7 +48,6 @@ baseline net (raw record ``benchmarks/gpu/h200-2026-11-27-call1/results.json``, 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -66,7 +65,6 @@ CUDNN_STREAMS_PER_GROUP = 3  # BVLC cudnn_conv_layer.cpp
 STOCK_WORKSPACE_MB = 8.0  # BVLC cudnn_conv_layer.cpp: workspace_limit_bytes per algorithm, layer and group
 STOCK_LAYER_MIB = (448.0 - 30.0) / 15
 STOCK_HANDLE_BYTES = int(STOCK_LAYER_MIB * 2**20 / CUDNN_STREAMS_PER_GROUP)
-CALLS = ("forward", "backward filter", "backward data")  # cuDNN's three convolution calls, as logged
 LOGGED = re.compile(r"cuDNN (?P<layer>\S+) (?P<call>forward|backward filter|backward data): "
                     r"(?P<algo>\S+), workspace (?P<bytes>\d+) bytes")
 
@@ -84,16 +82,6 @@ def page_rounding(sizes: Iterable[int]) -> int:
             packed += -(-size // SMALL_SPACING) * SMALL_SPACING
             small += size
     return extra + max(0, -(-packed // PAGE) - 1) * PAGE - small
-
-
-def winograd_nonfused_bytes(batch: int, channels: int, outputs: int, group: int, height: int, width: int) -> int:
-    """cuDNN's WINOGRAD_NONFUSED workspace for a 3x3, stride-1 convolution's weight gradient: the
-    F(4x4, 3x3) transforms (A. Lavin, S. Gray, "Fast Algorithms for Convolutional Neural Networks",
-    2016) of the input, of the output gradient and of the weights, 6x6 = 36 floats for every 4x4
-    output tile of every image and channel and for every filter. Equal to the bytes cuDNN 9.19 logged
-    on all 32 such calls in the H200 record (e.g. VGG-16 b16 conv3_2: 240,648,192)."""
-    tiles = math.ceil(height / 4) * math.ceil(width / 4)
-    return 4 * 36 * (batch * channels * tiles + batch * outputs * tiles + channels // group * outputs)
 
 
 def logged_needs(text: str) -> dict[tuple[str, str], int]:

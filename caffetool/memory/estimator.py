@@ -13,8 +13,8 @@ from the same net — after a test pass; ``test_net=False`` leaves it out) or ru
   have their own gradients; Flatten, Reshape and the like share both; a gradient where Caffe takes
   one (:func:`_diff_keys`); Data tops point into the prefetch buffers (``data_param.prefetch``
   batches, 4 by default);
-* per-layer buffers, from each layer's rule (:mod:`caffetool.memory.rules`), each only if the step
-  that first touches it runs; an RNN's or LSTM's unrolled net, accounted like a net of its own;
+* per-layer buffers, from each layer type's memory rule in the layer catalogue (:mod:`caffetool.layers`),
+  each only if the step that first touches it runs; an RNN's or LSTM's unrolled net, accounted like a net of its own;
 * GPU mode: all of the above on the device, prefetch batches also in pinned host memory, each
   allocation in CUDA's 2 MiB pages (large ones in whole pages, small ones packed); with cuDNN, each
   layer as cuDNN's class allocates (a convolution without im2col columns, and its input's gradient
@@ -47,8 +47,8 @@ from typing import Any
 from caffetool.choices import INT32_MAX, choose
 from caffetool.engine import cudnn_settings
 from caffetool.errors import ConfigError, NetError
-from caffetool.memory import device, netgraph, parallel, sources
-from caffetool.memory.info import Buffer, Shape, count
+from caffetool.memory import batches, device, netgraph, parallel
+from caffetool.layers.allocation import Buffer, Shape, count
 
 HISTORY = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
 # The solver's scratch blobs per parameter (``update_``, ``temp_``), which only the CPU updates touch:
@@ -160,7 +160,7 @@ def _with_train_batch(net: Any, batch: int) -> Any:
     there too, as it has in the engine."""
     copy = type(net)()
     copy.CopyFrom(net)
-    sources.set_batch(copy, batch)
+    batches.set_batch(copy, batch)
     return copy
 
 
@@ -373,12 +373,12 @@ def _account_source(node: netgraph.Node, g: netgraph.Graph, gpu: bool, ledger: _
     tops filled at set-up (DummyData) or first read (Input), or the caller's arrays (MemoryData)."""
     for blob in node.tops:
         if node.prefetch:
-            batches = sum(ledger.take(count(g.shapes[blob])) for _ in range(node.prefetch))
+            held = sum(ledger.take(count(g.shapes[blob])) for _ in range(node.prefetch))
             if gpu:
-                ledger.pinned += batches
-                ledger.prefetch_device += batches
+                ledger.pinned += held
+                ledger.prefetch_device += held
             else:
-                row.data_bytes += batches
+                row.data_bytes += held
 
 
 def _diff_keys(g: netgraph.Graph, backward: bool, gpu: bool, cudnn: bool = False) -> set[str]:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caffetool.errors import NetError
-from caffetool.memory import rules
-from caffetool.memory.info import INSIDE, LayerInfo, Shape, count
-from caffetool.memory.sources import DATA_LAYERS, DataTops, data_tops
+from caffetool.layers import catalogue
+from caffetool.layers.allocation import INSIDE, LayerInfo, Shape, count
+from caffetool.layers.sources import DataTops
 from caffetool.nets import state
 
 NAME = re.compile(r'\bname:\s*"([^"]+)"')
@@ -94,7 +94,7 @@ def _loss_weights(layer: Any) -> list[float]:
     """Explicit ``loss_weight``s, or 1 for a loss layer's first top (``LossLayer::LayerSetUp``)."""
     if layer.loss_weight:
         return list(layer.loss_weight)
-    return [1.0] + [0.0] * (len(layer.top) - 1) if layer.type in rules.LOSS_TYPES else [0.0] * len(layer.top)
+    return [1.0] + [0.0] * (len(layer.top) - 1) if catalogue.is_loss(layer.type) else [0.0] * len(layer.top)
 
 
 def insert_splits(layers: list[Any], where: Any = lambda name: "net") -> list[_Spec]:
@@ -184,8 +184,8 @@ def _node(spec: _Spec, phase: str, input_shape: Shape | None, batch: int | None,
           current: dict[str, str], unshaped: set[str], where: str, line: int | None) -> Node | None:
     """The node of one layer, its tops registered in ``g``; None when its inputs have no known shape."""
     layer = spec.layer
-    if spec.type in DATA_LAYERS:
-        tops_info = data_tops(layer, input_shape, batch, where)
+    if (sourced := catalogue.source(spec.type)) is not None:
+        tops_info = sourced.tops(layer, input_shape, batch, where)
         node = Node(spec.name, spec.type, [], [], LayerInfo(tops_info.shapes), line, is_data=True, source=tops_info)
         if tops_info.not_counted:
             g.not_counted.append((spec.name, tops_info.not_counted))
@@ -195,7 +195,8 @@ def _node(spec: _Spec, phase: str, input_shape: Shape | None, batch: int | None,
                 g.data_key[blob] = f"prefetch:{blob}"
         return node
     bottoms = [current[b] for b in spec.bottoms]
-    if any(b in unshaped for b in bottoms) or (not bottoms and rules.rule(layer) is None and spec.type != "Split"):
+    if any(b in unshaped for b in bottoms) or (not bottoms and catalogue.translation(spec.type, "memory") is None
+                                                    and spec.type != "Split"):
         why = "reads blobs of unknown shape" if bottoms else "makes blobs of unknown shape"
         g.unmodelled.append((spec.name, spec.type, why))
         for top in spec.tops:
@@ -206,10 +207,10 @@ def _node(spec: _Spec, phase: str, input_shape: Shape | None, batch: int | None,
     shapes = [g.shapes[b] for b in bottoms]
     if spec.type == "Split":
         info = LayerInfo([shapes[0]] * len(spec.tops))
-    elif (rule := rules.rule(layer)) is not None:
+    elif (rule := catalogue.translation(spec.type, "memory")) is not None:
         info = rule(layer, shapes, phase)
-    else:
-        info = rules.unmodelled(layer, shapes, phase)
+    else:  # a type the catalogue refuses or does not know: a lower bound
+        info = LayerInfo([shapes[0]] * len(layer.top))
         shape = "x".join(map(str, shapes[0]))
         g.unmodelled.append((spec.name, spec.type, f"tops shaped like its first input, {shape}"))
     node = Node(spec.name, spec.type, bottoms, [], info, line, is_split=spec.type == "Split",

@@ -11,24 +11,10 @@ extra thread accumulates its own weight gradient. A stock engine has none of thi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-from caffetool.memory.info import BACKWARD, FORWARD, Buffer
+from caffetool.layers.allocation import BACKWARD, FORWARD, Buffer, ConvWork
 
 CHUNK_BYTES = 8 << 20  # kChunkBytes, include/caffe/util/parallel.hpp
 ENGINE_FLOAT = 4  # the engine computes in float, whatever --dtype the estimate scales by
-
-
-@dataclass(frozen=True)
-class ConvWork:
-    """What the engine's parallel convolution sizes its scratch from (elements, one image each)."""
-
-    batch: int
-    col: int  # columns of one image: ``col_buffer_``
-    top: int  # one image's output: ``top_dim_``
-    weights: int
-    chunkable: bool  # 2-D, one group, not 1x1
-    one_by_one: bool
 
 
 def chunk_images(work: ConvWork, threads: int) -> int:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from caffetool.errors import RunError
-from caffetool.evaluation import writeup
 from caffetool.runs import runrecord
 from caffetool.runs.folder import NAMES, RunFolder
 
@@ -62,7 +61,7 @@ class RunView:
         """The newest readable evaluation of the run's own data (``caffetool evaluate``), or None when
         the run has none; ``demo.classify --labelled`` results on other images (split ``images``) are
         not the run's evaluation."""
-        summaries = sorted(((p.stat().st_mtime, p) for p in RunFolder(self.run_dir).evaluations.glob(f"*/{writeup.SUMMARY}")
+        summaries = sorted(((p.stat().st_mtime, p) for p in RunFolder(self.run_dir).evaluation_summaries()
                             if p.is_file() and _unlinked(self.run_dir, p)), reverse=True)
         for _, path in summaries:
             summary = _json(path)

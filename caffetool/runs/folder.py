@@ -32,6 +32,7 @@ NAMES = {
     "export": "export",
 }
 TEST_NET = "test_net_{index}.prototxt"  # a --solver run's test nets
+EVALUATION_SUMMARY = "summary.json"  # in each eval/<weights>/: its figures (caffetool.evaluation.writeup)
 # What each entry holds, as the documentation's reference page shows it (docs/hooks.py)
 CONTENTS = {
     "manifest": "the run's record: settings, data set with checksums, engine build, devices, outcome, final "
@@ -136,4 +137,8 @@ class RunFolder:
     @property
     def export(self) -> Path:
         return self.path / NAMES["export"]
+
+    def evaluation_summaries(self) -> list[Path]:
+        """The summary of every evaluation of the run (``eval/*/summary.json``), in no order."""
+        return list(self.evaluations.glob(f"*/{EVALUATION_SUMMARY}"))
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import caffetool
-from caffetool.engine import EngineInfo
 from caffetool.errors import RunError
 from caffetool.fsio import write_atomic
 from caffetool.runs import rundir
@@ -164,13 +163,14 @@ class Record:
         self.data.__dict__.update(written.__dict__)
 
 
-def new(engine: EngineInfo, run_dir: Path, model: str, dataset: dict[str, Any], device: dict[str, Any],
-        threads: dict[str, str | None], started: str) -> Manifest:
-    """A run's first manifest, ``setting-up``: ``dataset`` and ``device`` as the caller describes
+def new(engine: dict[str, Any], gpus: list[str], run_dir: Path, model: str, dataset: dict[str, Any],
+        device: dict[str, Any], threads: dict[str, str | None], started: str) -> Manifest:
+    """A run's first manifest, ``setting-up``: ``engine`` (its prefix and build manifest,
+    ``EngineInfo.record()``), the ``gpus`` visible, ``dataset`` and ``device`` as the caller describes
     them, ``threads`` the thread variables Caffe runs with."""
     return Manifest(name=run_dir.name, status="setting-up", command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                     model=model, dataset=dataset, device=device,
-                    engine={"prefix": str(engine.prefix), "manifest": engine.manifest}, host=_host(engine),
+                    engine=engine, host=_host(gpus),
                     threads=threads, caffetool={"version": caffetool.__version__, "git_commit": _git_commit()},
                     started_at=started)
 
@@ -180,7 +180,7 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
-def _host(engine: EngineInfo) -> dict[str, Any]:
+def _host(gpus: list[str]) -> dict[str, Any]:
     cpu = None
     try:
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
@@ -188,7 +188,7 @@ def _host(engine: EngineInfo) -> dict[str, Any]:
     except OSError:
         pass
     return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu": cpu,
-            "cpus": os.cpu_count(), "gpus": engine.gpus}
+            "cpus": os.cpu_count(), "gpus": gpus}
 
 
 def _git_commit() -> str | None:

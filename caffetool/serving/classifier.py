@@ -4,26 +4,25 @@ The files and the transform come from :mod:`.modelfiles` (a run's, or given one 
 first built in a child process
 (Caffe aborts the process on a corrupt file), so a bad model fails start-up with a clear message,
 not the first request.
-Three backends: pycaffe (``caffe.Net``, exact), OpenCV DNN (its Caffe importer on OpenCV 4, the run's
-verified ONNX export on OpenCV 5: :mod:`caffetool.export.opencv`) and
-onnxruntime on the run's ONNX export (:mod:`caffetool.export`, made and verified against Caffe when
-missing); all run forward passes one at a time behind a lock, since the Caffe and OpenCV net objects
-are not thread-safe. Only the pycaffe backend shows a layer's activations (the others fuse layers and
-keep no per-layer blobs).
+The model runs on one of :mod:`caffetool.backends` (loaded through :mod:`caffetool.export.served`:
+Caffe's files for pycaffe, exact, and OpenCV 4; the run's export, made and verified against Caffe
+when missing, for the others); forward passes run one at a time behind a lock, since the Caffe and
+OpenCV net objects are not thread-safe. Only a backend whose model keeps every layer's blobs
+(pycaffe's) shows a layer's activations.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from caffetool.choices import choose
+from caffetool.backends import dispatch
+from caffetool.backends.devices import CPU, PycaffeDevice
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
 from caffetool.inference import preprocess
@@ -31,10 +30,8 @@ from caffetool.inference.modelfiles import ModelFiles, input_shape, transform_of
 from caffetool.nets import check, prototxt
 from caffetool.runs import labelfile
 from caffetool.runs.folder import RunFolder
+from caffetool.export import served
 from caffetool.serving import grids
-from caffetool.train.devices import CPU, PycaffeDevice
-
-BACKENDS = ("caffe", "opencv", "onnxruntime")
 
 
 class UnknownLayer(ConfigError):
@@ -55,7 +52,7 @@ class Classifier:
     max_pixels: int = preprocess.MAX_PIXELS
     max_decoded_bytes: int = preprocess.MAX_DECODED_BYTES
     _forward: object = None
-    _net: Any = None  # the caffe.Net (pycaffe backend only): activations and filters
+    _net: Any = None  # the caffe.Net (a backend with activations only): activations and filters
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _filters_png: bytes | None = None
     blobs: tuple[str, str] = ("data", "prob")  # the deploy net's input and output blob names
@@ -176,10 +173,7 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     """The model ready to classify, proven first: built in a child, labels matching the outputs;
     pycaffe's on ``device`` (activated in whichever thread answers, since pycaffe's mode is per thread)."""
     started = time.perf_counter()
-    backend = choose(backend, BACKENDS, "--backend")
-    if device.gpu is not None and backend != "caffe":
-        raise ConfigError(f"--gpu {device.gpu} runs pycaffe's backend; the {backend} backend runs on the CPU "
-                          "(use --gpu cpu)")
+    row = dispatch.chosen(backend, device)
     if files.run and not Path(files.deploy).is_file() and RunFolder(files.run).train_net.is_file():
         raise RunError(f"{files.run} trained a net that is not a classifier (no SoftmaxWithLoss), so it has "
                        f"no deploy net to serve; train it again with --deploy FILE")
@@ -197,30 +191,10 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
     labels = None if unnamed else labelfile.read(files.labels)
     transform = transform_of(caffe, files, deploy)
-    net = None
-    if backend == "caffe":
-        device.activate(caffe)
-        net = caffe.Net(str(files.deploy), str(files.weights), caffe.TEST)
-        data = net.inputs[0] if net.inputs else "data"
+    model = served.load(engine, files, row.name, device, [output])
 
-        def forward(blob: np.ndarray) -> np.ndarray:
-            device.activate(caffe)
-            if net.blobs[data].data.shape != blob.shape:  # a batch of another size
-                # Blob::Reshape reallocates only past a blob's capacity: passes of every batch size up
-                # to the largest seen share one allocation, made once.
-                net.blobs[data].reshape(*blob.shape)
-                net.reshape()
-            net.blobs[data].data[...] = blob
-            return net.forward()[output].reshape(len(blob), -1).copy()
-    elif backend == "onnxruntime":
-        forward = _onnxruntime(engine, files, output)
-    else:
-        from caffetool.export import opencv  # noqa: PLC0415 - onnx only where OpenCV 5 reads the export
-
-        opencv_forward = opencv.forward_of(engine, files, deploy, [output])
-
-        def forward(blob: np.ndarray) -> np.ndarray:
-            return opencv_forward(blob)[0]
+    def forward(blob: np.ndarray) -> np.ndarray:
+        return model(blob)[output].reshape(len(blob), -1)
 
     probs = forward(np.zeros((1, channels, height, width), np.float32))[0]
     if labels is None:
@@ -228,17 +202,6 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     if probs.size != len(labels):
         raise NetError(f"{files.labels} names {len(labels)} classes, the net outputs {probs.size}")
     name = files.run.name if files.run else files.weights.stem
-    return Classifier(name, backend, transform, labels, files, _forward=forward, _net=net,
+    return Classifier(name, row.name, transform, labels, files, _forward=forward,
+                      _net=model.net if row.activations else None,
                       blobs=(_input_name(deploy), output), load_seconds=round(time.perf_counter() - started, 3))
-
-
-def _onnxruntime(engine: EngineInfo, files: ModelFiles, output: str) -> Callable[[np.ndarray], np.ndarray]:
-    """The run's ONNX export (made and verified now if missing or stale) on onnxruntime."""
-    from caffetool.export import exporter, runtime  # noqa: PLC0415 - onnx only for this backend
-
-    session = runtime.session_of(exporter.verified_export(engine, files))
-    name = session.get_inputs()[0].name
-
-    def forward(blob: np.ndarray) -> np.ndarray:
-        return session.run([output], {name: np.ascontiguousarray(blob, np.float32)})[0].reshape(len(blob), -1)
-    return forward

@@ -5,7 +5,7 @@ Everything the demo needs travels in the model (:mod:`caffetool.export.preproces
 fed to it and its class names (else ``labels.txt`` beside it, else classes go by index). A model made
 ``--with-preprocessing`` takes raw images, not what the demo prepares: it is refused, by name. A model
 exported with a fixed ``--batch N`` is run N images a pass, a short pass filled up as the export's
-verification fills it.
+verification fills it. It runs on the ``onnxruntime`` backend (:mod:`caffetool.backends.onnxrt`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from caffetool.serving.classifier import Classifier
 
 def load(path: Path, name: str) -> Classifier:
     """The exported model at ``path`` ready to classify, called ``name``; proven by one forward pass."""
-    from caffetool.export import preprocessing, runtime  # noqa: PLC0415 - onnx only for these models
+    from caffetool.backends import onnxrt  # noqa: PLC0415 - onnx only for these models
+    from caffetool.export import preprocessing  # noqa: PLC0415
 
     started = time.perf_counter()
-    model = runtime.read_model(path)
+    model = onnxrt.read_model(path)
     props = {p.key: p.value for p in model.metadata_props}
     if props.get(preprocessing.IN_GRAPH, "false") not in ("true", "false"):
         raise ExportError(f"{path}: its {preprocessing.IN_GRAPH!r} metadata is {props[preprocessing.IN_GRAPH]!r}, "
@@ -43,14 +44,14 @@ def load(path: Path, name: str) -> Classifier:
         raise ExportError(f"{path} does not take one image input (N, C, H, W) with fixed C, H and W")
     p = preprocessing.Preprocessing.from_metadata(props, (dims[1], dims[2], dims[3]), str(path))
     labels = _labels(props, path)
-    session = runtime.session_of(model)
     data, output = inputs[0].name, model.graph.output[0].name
+    exported = onnxrt.model_of(model, [output])
 
     fixed = dims[0] or None  # an export made with --batch N takes exactly N images a pass
 
     def forward(blob: np.ndarray) -> np.ndarray:
         if fixed is None:
-            return session.run([output], {data: np.ascontiguousarray(blob, np.float32)})[0].reshape(len(blob), -1)
+            return exported({data: blob})[output].reshape(len(blob), -1)
         return np.concatenate([run_padded(blob[start:start + fixed]) for start in range(0, len(blob), fixed)])
 
     def run_padded(part: np.ndarray) -> np.ndarray:
@@ -58,7 +59,7 @@ def load(path: Path, name: str) -> Classifier:
         export's verification fills it; only the given images' rows are kept."""
         n = len(part)
         full = np.concatenate([part, np.repeat(part[:1], fixed - n, 0)]) if n < fixed else part
-        return session.run([output], {data: np.ascontiguousarray(full, np.float32)})[0][:n].reshape(n, -1)
+        return exported({data: full})[output][:n].reshape(n, -1)
 
     probs = forward(np.zeros((1, *dims[1:]), np.float32))[0]
     labels = labels or [str(i) for i in range(probs.size)]

@@ -18,15 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from caffetool.backends import dispatch
+from caffetool.backends.devices import CPU, PycaffeDevice
 from caffetool.engine import EngineInfo
 from caffetool.errors import CaffetoolError, ConfigError
 from caffetool.inference import modelfiles
 from caffetool.runs.folder import NAMES, RunFolder
 from caffetool.serving import classifier
 from caffetool.serving.catalog import ServedModel
-from caffetool.train.devices import CPU, PycaffeDevice
 
-ONNX_MODEL = "model.onnx"  # Triton's name for an onnxruntime model in NAME/N/, and `caffetool export`'s (exporter.MODEL)
+ONNX_MODEL = "model.onnx"  # Triton's name for an onnxruntime model in NAME/N/, and that of a run's ONNX export
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,11 @@ def load(engine: EngineInfo, root: Path, backend: str = "caffe", device: Pycaffe
          validate: bool = True, say: Callable[[str], None] = lambda _: None) -> list[ServedModel]:
     """Every model version of the repository at ``root`` that loads and is proven (runs on
     ``backend``). One that does not is named in a warning (``say``) and left out, the others are
-    served, as Triton serves a repository; where none loads, the first refusal is raised."""
+    served, as Triton serves a repository; where none loads, the first refusal is raised. A backend
+    that cannot run on ``device`` is refused before any model loads."""
     from caffetool.serving import onnxmodel  # noqa: PLC0415 - onnx only for a repository
 
+    backend = dispatch.chosen(backend, device).name
     loaded, refused = [], []
     for entry in scan(root):
         try:

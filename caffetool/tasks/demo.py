@@ -7,6 +7,7 @@ from pathlib import Path
 
 from invoke import Collection, Context
 
+from caffetool.backends import devices, dispatch
 from caffetool.choices import PORT, Limit, bounded, choose, count, input_file, writable_folder
 from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
@@ -15,13 +16,12 @@ from caffetool.runs import labelfile, runrecord, snapshots
 from caffetool.serving import classifier
 from caffetool.serving.batcher import Batching
 from caffetool.tasks._common import pick, task
-from caffetool.train import devices
 
 MODEL_HELP = {
     "run": "run name or directory (default: the newest run)", "deploy": "deploy.prototxt (instead of --run)",
     "weights": ".caffemodel (with --deploy, or to pick a snapshot of --run)", "labels": "labels.txt (with --deploy)",
     "mean": "mean .binaryproto or .npy (with --deploy)", "scale": "input scale, above 0 (with --deploy; default 1)",
-    "backend": "caffe (pycaffe), opencv (cv2.dnn) or onnxruntime (the run's ONNX export, made if missing)", "runs_dir": "where runs are",
+    "backend": dispatch.help_text(), "runs_dir": "where runs are",
     "mean_values": "per-channel means, e.g. 104,117,123 (BGR; with --deploy, instead of --mean)",
     "channel_swap": "colour nets: channel order after RGB decoding (with --deploy; default 2,1,0: BGR)",
     "raw_scale": "colour nets: multiplies the [0, 1] pixels before the mean (with --deploy; default 255)",
@@ -110,7 +110,7 @@ def newest_run(runs_root: Path) -> Path:
             "port": "TCP port, 1 to 65535 (default 8000)",
             "max_body": "largest accepted body in bytes (413 past it; default 10 MiB)",
             "workers": "server processes, 1 to 64 (default 1)",
-            "gpu": "cpu (default), auto or one GPU id: where pycaffe runs the model",
+            "gpu": "cpu (default), auto or one GPU id: where the caffe or pytorch backend runs the model",
             "max_batch": "images one forward pass may join from concurrent requests (default 1: no batching)",
             "max_queue_delay_us": "how long a pass may wait for more requests, in microseconds (default 0: it takes "
                                   "what is queued)",
@@ -129,7 +129,7 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
 
     tcp_port = bounded(port, "--port", PORT)
     body_limit, processes = bounded(max_body, "--max-body", MAX_BODY), bounded(workers, "--workers", WORKERS)
-    engine_kind = choose(backend, classifier.BACKENDS, "--backend")
+    engine_kind = choose(backend, dispatch.BACKENDS, "--backend")
     colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
     device = devices.for_pycaffe(engine, gpu)
@@ -151,7 +151,7 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
                                                "a file of 'PATH LABEL' lines as convert_imageset reads",
                                    "out": "folder for the scores with --labelled (default: a new one under the "
                                           "run's eval/)",
-                                   "gpu": "cpu (default), auto or one GPU id: where pycaffe runs the model"})
+                                   "gpu": "cpu (default), auto or one GPU id: where the caffe or pytorch backend runs the model"})
 def classify(c: Context, images: str, run: str | None = None, deploy: str | None = None,
              weights: str | None = None, labels: str | None = None, mean: str | None = None,
              scale: str | None = None, backend: str = "caffe", top: str | None = None, annotate: str | None = None,
@@ -163,7 +163,7 @@ def classify(c: Context, images: str, run: str | None = None, deploy: str | None
     from caffetool.serving import annotation  # noqa: PLC0415
 
     shown = count(top, "--top")
-    engine_kind = choose(backend, classifier.BACKENDS, "--backend")
+    engine_kind = choose(backend, dispatch.BACKENDS, "--backend")
     labelled_copies = writable_folder(annotate, "--annotate") if annotate else None
     colour = ColourFlags(mean_values, channel_swap, raw_scale, image_dims, oversample)
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")

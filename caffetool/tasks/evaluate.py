@@ -7,23 +7,22 @@ from typing import Any
 
 from invoke import Collection
 
+from caffetool.backends import devices, dispatch
 from caffetool.choices import choose, count, input_file
 from caffetool.engine import locate
 from caffetool.errors import RunError
-from caffetool.evaluation import forward
 from caffetool.inference import records
 from caffetool.runs import runrecord
 from caffetool.tasks._common import pick, task
-from caffetool.train import devices
 
 
 @task(default=True, positional=["run"], help={
     "run": "run name or directory", "weights": ".caffemodel (default: the run's newest)",
     "split": "test (default) or train: the database of that phase's Data layer",
-    "top": "k of the top-k accuracy (default 5, or every class of a net of fewer)", "backend": "caffe (pycaffe, exact), opencv (cv2.dnn) or onnxruntime (the run's ONNX export, made if missing)",
+    "top": "k of the top-k accuracy (default 5, or every class of a net of fewer)", "backend": dispatch.help_text(),
     "batch_size": "records per forward pass (default: the data layer's batch_size)",
     "caffe_test": "also run `caffe test` over the same records to compare (default; --no-caffe-test skips)",
-    "gpu": "cpu (default), auto or one GPU id: where pycaffe and `caffe test` run",
+    "gpu": "cpu (default), auto or one GPU id: where the caffe or pytorch backend and `caffe test` run",
     "runs_dir": "where runs are"})
 def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: str | None = None, backend: str = "caffe",
         batch_size: str | None = None, caffe_test: bool = True, gpu: str = "cpu", runs_dir: str | None = None) -> None:
@@ -33,7 +32,7 @@ def run(c: Any, run: str, weights: str | None = None, split: str = "test", top: 
     k = count(top, "--top")
     size = count(batch_size, "--batch-size")
     split = choose(split, records.SPLITS, "--split")
-    backend = choose(backend, forward.BACKENDS, "--backend")
+    backend = choose(backend, dispatch.BACKENDS, "--backend")
     run_dir = runrecord.find(Path(pick(runs_dir, c.runs.dir)), run)
     chosen = input_file(weights, "--weights").absolute() if weights else None
     engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")

@@ -8,11 +8,10 @@ from pathlib import Path
 from invoke import Collection, Context
 
 from caffetool import extras
-from caffetool.choices import Limit, bounded, choose, input_file, output_file
+from caffetool.choices import Limit, bounded, input_file, output_file
 from caffetool.engine import locate
 from caffetool.errors import ConfigError
 from caffetool.runs import runrecord
-from caffetool.runs.folder import RunFolder
 from caffetool.tasks._common import pick, task
 from caffetool.tasks.demo import MODEL_HELP, ColourFlags, model_files
 
@@ -51,30 +50,25 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
            images: str | None = None, runs_dir: str | None = None) -> None:
     """Export a run (or --deploy/--weights) to ONNX or PyTorch, verified against Caffe layer by layer; nothing
     is written past the tolerance."""
-    from caffetool.export import exporter, torchnet  # noqa: PLC0415 - onnx only when exporting
+    from caffetool.export import exporter, formats  # noqa: PLC0415 - onnx only when exporting
 
-    form = choose(to, exporter.SUFFIXES, "--to")
-    if form == exporter.PYTORCH:
-        extras.need("pytorch", "caffetool export --to pytorch", torchnet.CPU_BUILD)
-        given = [flag for flag, value in (("--opset", opset), ("--batch", batch),
-                                          ("--with-preprocessing", with_preprocessing or None)) if value is not None]
-        if given:
-            raise ConfigError(f"{given[0]} is for ONNX exports; a PyTorch module takes any batch and its "
-                              "preprocessing stays the caller's (see the record's \"preprocessing\")")
+    form = formats.named(to)
+    if form.extra is not None:
+        extras.need(form.extra, f"caffetool export --to {form.name}", form.extra_hint)
+    formats.refuse_other_options(form, {"opset": opset, "batch": batch,
+                                        "with_preprocessing": with_preprocessing or None})
     files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
                    runs_dir)
-    suffix = exporter.SUFFIXES[form]
     target = output_file(out, "--out") if out else (
-        (RunFolder(files.run).export / exporter.MODEL).with_suffix(suffix) if files.run
-        else Path.cwd() / f"{torchnet.module_name(files.weights.stem) if form == exporter.PYTORCH else files.weights.stem}"
-                          f"{suffix}")
-    request = exporter.ExportRequest(files, target, int(bounded(opset or "17", "--opset",
+        exporter.run_model(files.run, form.name) if files.run
+        else Path.cwd() / f"{form.stem_of(files.weights.stem)}{form.suffix}")
+    request = exporter.ExportRequest(files, target, int(bounded(opset or str(exporter.DEFAULT_OPSET), "--opset",
                                                                 Limit("an opset", 1, 10_000, kind=int))),
                                      _batch(batch or "dynamic"), float(bounded(tolerance, "--tolerance", TOLERANCE)),
-                                     _images(images), with_preprocessing, form)
+                                     _images(images), with_preprocessing, form.name)
     result = exporter.export(locate(c.engine.prefix, probe=False), request)
-    weights_file = f", {exporter.weights_of(result.model)}" if form == exporter.PYTORCH else ""
-    print(f"wrote {result.model}{weights_file} and {result.record} (verified in {result.seconds['verify']:.1f} s)")
+    written = ", ".join(map(str, exporter.written_files(result.model)))
+    print(f"wrote {written} and {result.record} (verified in {result.seconds['verify']:.1f} s)")
 
 
 @task(positional=["model"], help={**{k: v for k, v in HELP.items() if k not in ("out", "to", "opset", "batch",

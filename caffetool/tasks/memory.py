@@ -10,7 +10,7 @@ from invoke import Collection, Context
 from caffetool.choices import bounded, count, number, output_file
 from caffetool.engine import cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
-from caffetool.memory import estimator, gpus, netsource, sources, table
+from caffetool.memory import batches, estimator, gpus, netsource, table
 from caffetool.tasks import settings
 from caffetool.tasks._common import task
 
@@ -118,7 +118,7 @@ def measure(c: Context, model: str | None = None, net: str | None = None, batch_
                                         options.threads)
     else:
         if options.batch:  # the engine measures the batch the estimate is for, not the file's own
-            sources.set_batch(source.net, options.batch)
+            batches.set_batch(source.net, options.batch)
         got = measuring.measure(engine, caffe, source.net, options.solver, source.input_shape or (1, 28, 28),
                                 labels or source.num_classes or 10, options.mode, gpu_id, options.threads)
     print("\n".join(table.measure_lines(source.name, e, got)))

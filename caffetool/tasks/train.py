@@ -20,7 +20,8 @@ from caffetool.runs.logparse import parse_file
 from caffetool.tasks import settings
 from caffetool.tasks._common import chosen_folder, pick, task
 from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
-from caffetool.train import caffe_commands, devices, session
+from caffetool.backends import devices
+from caffetool.train import caffe_commands, session
 
 THREADS_HELP = ("CPU threads for the engine's layers and BLAS (default: OMP_NUM_THREADS if set, else every core "
                 "this process may use)")

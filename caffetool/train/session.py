@@ -31,7 +31,8 @@ from caffetool.runs import final_figures, metrics_io, ownership, rundir, runreco
 from caffetool.runs.folder import RunFolder
 from caffetool.runs.logparse import LogParser, Metrics, parse_file
 from caffetool.track.live import LiveRun
-from caffetool.train import devices, final_test, runevents, runner
+from caffetool.backends import devices
+from caffetool.train import final_test, runevents, runner
 
 # What the engine's CPU speed depends on, recorded as Caffe gets it (caffe_env adds the BLAS kernels).
 THREAD_VARIABLES = (*cpu_threads.VARIABLES, cpu_threads.ADAPT, *cpu_threads.USER_PLACEMENT, "OPENBLAS_CORETYPE",
@@ -420,7 +421,7 @@ def _open_record(engine: EngineInfo, run_dir: Path, model: str, dataset: layout.
     """The run's first manifest (:func:`caffetool.runs.runrecord.new`), for both kinds of run: what
     trains it, the request's own entries, this process as its owner; written before Caffe starts."""
     data = runrecord.new(
-        engine, run_dir, model,
+        engine.record(), engine.gpus, run_dir, model,
         {"name": dataset.name, "path": str(dataset.path), "backend": dataset.backend,
          "files": dataset.manifest.get("files"), "counts": {s: dataset.count(s) for s in ("train", "test")}}
         if dataset else {"name": "its data"},

@@ -22,7 +22,10 @@ REDUCE_AXES_INPUT_OPSET = 18
 
 
 class OnnxGraph:
-    """Nodes and initializers of one model, in order, with unique names."""
+    """Nodes and initializers of one model, in order, with unique names. The element types a
+    translation casts to are here too, so the layer catalogue's translations need not import onnx."""
+
+    FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 
     def __init__(self, opset: int) -> None:
         self.opset = opset
@@ -48,6 +51,11 @@ class OnnxGraph:
         name = self.unique(hint)
         self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
+
+    @staticmethod
+    def value(array: np.ndarray) -> onnx.TensorProto:
+        """A tensor attribute's value (``ConstantOfShape``'s fill)."""
+        return numpy_helper.from_array(array)
 
     def ints(self, hint: str, values: Any) -> str:
         return self.const(hint, np.asarray(values, np.int64).reshape(-1), np.int64)

@@ -1,4 +1,4 @@
-"""RNN and LSTM: the unrolled net Caffe builds inside the layer, rebuilt here as a NetParameter.
+"""RNN, LSTM and LSTMUnit; the unrolled net Caffe builds inside RNN and LSTM, rebuilt here as a NetParameter.
 
 BVLC Caffe 1.0's ``RecurrentLayer::LayerSetUp`` (recurrent_layer.cpp) makes a whole ``Net`` from
 an Input layer (``x``, ``cont``, optionally ``x_static``), the layer's ``FillUnrolledNet``
@@ -17,9 +17,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from caffetool.memory.info import INSIDE, Buffer, LayerInfo, Shape, count
+from caffetool.layers.allocation import INSIDE, Buffer, LayerInfo, Shape, count
+from caffetool.layers.entry import LayerType, Refused
 
 GPU_FORWARD = "gpu-forward"
+RECURRENT = Refused("recurrent layers are not covered by the export")
 
 
 def _net(layer: Any) -> Any:
@@ -146,3 +148,27 @@ def lstm_unit(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
     86-87), never the continuation flags'."""
     return LayerInfo([bottoms[0], bottoms[0]], [], count(bottoms[1]),
                      [Buffer("X_acts", count(bottoms[1]), GPU_FORWARD)], bottom_diff=("always", "always", "none"))
+
+
+class RNN(LayerType):
+    """A simple recurrent net unrolled over the first axis (rnn_layer.cpp)."""
+
+    memory = staticmethod(recurrent)
+    onnx = RECURRENT
+    pytorch = RECURRENT
+
+
+class LSTM(LayerType):
+    """A long short-term memory unrolled over the first axis (lstm_layer.cpp)."""
+
+    memory = staticmethod(recurrent)
+    onnx = RECURRENT
+    pytorch = RECURRENT
+
+
+class LSTMUnit(LayerType):
+    """One LSTM step, as the unrolled LSTM runs it (lstm_unit_layer.cpp)."""
+
+    memory = staticmethod(lstm_unit)
+    onnx = RECURRENT
+    pytorch = RECURRENT

@@ -1,7 +1,7 @@
-"""What a layer rule returns: its tops' shapes, parameters, compute and the memory it owns.
+"""What a layer type's memory rule returns: its tops' shapes, parameters, compute and the memory it owns.
 
-Shared by every rule module (:mod:`caffetool.memory.vision`, ``neurons``, ``shaping``, ``losses``,
-``recurrent``) and read by :mod:`caffetool.memory.netgraph` and :mod:`caffetool.memory.estimator`.
+Written by every ``memory`` of the layer catalogue (:mod:`caffetool.layers`) and read by
+:mod:`caffetool.memory.netgraph` and :mod:`caffetool.memory.estimator`.
 Caffe's ``SyncedMemory`` allocates on first touch, so every buffer carries the step that first
 touches it; a buffer no step touches costs nothing.
 """
@@ -63,13 +63,25 @@ class LayerInfo:
     cudnn: str | None = None
     forward_diff: tuple[int, ...] = ()  # bottoms whose gradient blob the forward pass uses as scratch
     gpu_forward_diff: tuple[int, ...] = ()  # the same, only in ``Forward_gpu``
-    conv_work: Any = None  # a convolution's sizes for the OpenMP engine's scratch (memory.parallel)
+    conv_work: ConvWork | None = None  # a convolution's sizes for the OpenMP engine's scratch (memory.parallel)
     cudnn_unused: tuple[str, ...] = ()
     cudnn_buffers: list[Buffer] = field(default_factory=list)
     cudnn_bottom_diff: str | tuple[str, ...] | None = None
     # direction ("forward", "backward filter", "backward data") -> workspace bytes of the algorithms
     # cuDNN is expected to rank first, in order; the first within the limit is taken
     cudnn_work: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConvWork:
+    """What the engine's parallel convolution sizes its scratch from (elements, one image each)."""
+
+    batch: int
+    col: int  # columns of one image: ``col_buffer_``
+    top: int  # one image's output: ``top_dim_``
+    weights: int
+    chunkable: bool  # 2-D, one group, not 1x1
+    one_by_one: bool
 
 
 INSIDE = -1
