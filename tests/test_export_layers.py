@@ -19,7 +19,7 @@ import pytest
 from google.protobuf import text_format
 
 from caffetool.errors import ExportError
-from caffetool.export import exporter
+from caffetool.export import exporter, request
 from caffetool.serving.classifier import ModelFiles
 
 TOLERANCE = 1e-4  # the export's own, per layer, relative to the blob's scale
@@ -110,7 +110,7 @@ class Case:
 
     net: str
     batch: int | None = None  # the export's (None: dynamic); the test runs the model at it too
-    opset: int = exporter.DEFAULT_OPSET
+    opset: int = request.DEFAULT_OPSET
     positive: bool = False  # inputs above 0 only (a log, a fractional power), else of either sign
     bn_factor: float = BN_FACTOR
 

@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import text_format
 
 from caffetool.errors import NetError
-from caffetool.export import exporter, onnxnet
+from caffetool.export import onnxnet, request
 from caffetool.memory import netgraph
 from caffetool.layers import geometry
 
@@ -123,7 +123,7 @@ def exported_top(net_param: Any, net: Any, feeds: dict[str, np.ndarray]) -> np.n
     """The exported model's top, as onnxruntime computes it for ``feeds``."""
     import onnxruntime
 
-    model = onnxnet.convert(net_param, net, exporter.DEFAULT_OPSET, None, "geometry").model
+    model = onnxnet.convert(net_param, net, request.DEFAULT_OPSET, None, "geometry").model
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(["top"], feeds)[0]
 

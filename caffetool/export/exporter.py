@@ -43,6 +43,7 @@ from caffetool.choices import unwritable
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, DataError, ExportError, RunError
 from caffetool.export import formats, inputs, preprocessing, room, verify
+from caffetool.export.request import ExportRequest
 from caffetool.inference import modelfiles
 from caffetool.nets import project
 from caffetool.nets.check import validate
@@ -51,22 +52,8 @@ from caffetool.runs.folder import RunFolder
 
 RUN_MODEL = "model"  # a run's export, with its format's suffix: RUN/export/model.onnx
 LEGACY_RECORD = "export.json"  # one record per folder, as earlier versions wrote it
-DEFAULT_OPSET = 17
-DEFAULT_TOLERANCE = 1e-4
 RUN_IMAGES, DRAWN_IMAGES = 10_000, 16  # verified on, by default
 VERIFY_BATCH = 50
-
-
-@dataclass
-class ExportRequest:
-    files: modelfiles.ModelFiles
-    out: Path  # the model file
-    opset: int = DEFAULT_OPSET
-    batch: int | None = None  # None: dynamic
-    tolerance: float = DEFAULT_TOLERANCE
-    images: int | None = None
-    with_preprocessing: bool = False
-    to: str = formats.DEFAULT.name
 
 
 @dataclass

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 from caffetool.choices import choose
 from caffetool.errors import ConfigError
 from caffetool.export import onnxformat, onnxnet, torchformat, torchnet
+from caffetool.export.request import DEFAULT_FORMAT
 
 if TYPE_CHECKING:
-    from caffetool.export.exporter import ExportRequest
+    from caffetool.export.request import ExportRequest
     from caffetool.export.preprocessing import Preprocessing
     from caffetool.export.verify import Run
 
@@ -87,7 +88,7 @@ FORMATS: dict[str, ExportFormat] = {f.name: f for f in (
         runner=torchformat.runner, record=torchformat.record, read=torchformat.read,
         reconvert=torchformat.reconvert),
 )}
-DEFAULT = FORMATS["onnx"]
+DEFAULT = FORMATS[DEFAULT_FORMAT]
 
 
 def named(to: str) -> ExportFormat:

@@ -21,7 +21,7 @@ from caffetool.errors import ConfigError, ExportError
 from caffetool.export import onnxnet, preprocessing, verify
 
 if TYPE_CHECKING:
-    from caffetool.export.exporter import ExportRequest
+    from caffetool.export.request import ExportRequest
 
 
 def ready(request: ExportRequest) -> None:

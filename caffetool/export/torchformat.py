@@ -17,7 +17,7 @@ from caffetool.errors import ConfigError, ExportError
 from caffetool.export import preprocessing, torchnet, verify
 
 if TYPE_CHECKING:
-    from caffetool.export.exporter import ExportRequest
+    from caffetool.export.request import ExportRequest
 
 NAME = "pytorch"  # --to pytorch, and the record's "format"
 WEIGHTS_SUFFIX = ".pt"  # the state_dict, beside model.py and named after it

@@ -51,6 +51,7 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
     """Export a run (or --deploy/--weights) to ONNX or PyTorch, verified against Caffe layer by layer; nothing
     is written past the tolerance."""
     from caffetool.export import exporter, formats  # noqa: PLC0415 - onnx only when exporting
+    from caffetool.export.request import DEFAULT_OPSET  # noqa: PLC0415
 
     form = formats.named(to)
     if form.extra is not None:
@@ -62,7 +63,7 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
     target = output_file(out, "--out") if out else (
         exporter.run_model(files.run, form.name) if files.run
         else Path.cwd() / f"{form.stem_of(files.weights.stem)}{form.suffix}")
-    request = exporter.ExportRequest(files, target, int(bounded(opset or str(exporter.DEFAULT_OPSET), "--opset",
+    request = exporter.ExportRequest(files, target, int(bounded(opset or str(DEFAULT_OPSET), "--opset",
                                                                 Limit("an opset", 1, 10_000, kind=int))),
                                      _batch(batch or "dynamic"), float(bounded(tolerance, "--tolerance", TOLERANCE)),
                                      _images(images), with_preprocessing, form.name)
