@@ -200,7 +200,6 @@ class Im2col(LayerType):
         return LayerInfo([top], [], count(top), bottom_diff="always")
 
     onnx = Refused("im2col's column layout is not covered by the export")
-
     pytorch = Refused("im2col's column layout is not covered by the export")
 
 

@@ -87,7 +87,6 @@ class SoftmaxWithLoss(LayerType):
                          cudnn_unused=tuple(f"softmax.{name}" for name in CUDNN_SOFTMAX_UNUSED))
 
     onnx = TRAINING
-
     pytorch = TRAINING
 
 
@@ -110,7 +109,6 @@ class SigmoidCrossEntropyLoss(LayerType):
                          gpu_forward_diff=(0, 1))
 
     onnx = TRAINING
-
     pytorch = TRAINING
 
 
@@ -126,7 +124,6 @@ class EuclideanLoss(LayerType):
         return LayerInfo([()], [], blob, [Buffer("diff", blob, FORWARD)])
 
     onnx = TRAINING
-
     pytorch = TRAINING
 
 
@@ -142,7 +139,6 @@ class HingeLoss(LayerType):
         return LayerInfo([()], [], count(bottoms[0]), bottom_diff=("propagate", "none"), forward_diff=(0,))
 
     onnx = TRAINING
-
     pytorch = TRAINING
 
 
@@ -170,7 +166,6 @@ class InfogainLoss(LayerType):
                          cudnn_unused=tuple(f"softmax.{name}" for name in CUDNN_SOFTMAX_UNUSED))
 
     onnx = TRAINING
-
     pytorch = TRAINING
 
 
@@ -189,7 +184,6 @@ class ContrastiveLoss(LayerType):
         return LayerInfo([()], [], 3 * n * c, buffers, bottom_diff=("propagate", "propagate", "none"))
 
     onnx = TRAINING
-
     pytorch = TRAINING
 
 
@@ -204,7 +198,6 @@ class MultinomialLogisticLoss(LayerType):
         return LayerInfo([()], [], bottoms[0][0], bottom_diff=("propagate", "none"))
 
     onnx = TRAINING
-
     pytorch = TRAINING
 
 
@@ -226,5 +219,4 @@ class Accuracy(LayerType):
         return LayerInfo([()], [], count(shape), bottom_diff="none", gpu_forward_diff=(0, 1))
 
     onnx = TRAINING
-
     pytorch = TRAINING

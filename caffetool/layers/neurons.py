@@ -85,9 +85,7 @@ class Sigmoid(LayerType):
     """``1 / (1 + exp(-x))`` (sigmoid_layer.cpp)."""
 
     memory = staticmethod(neuron)
-
     onnx = staticmethod(unary("Sigmoid"))
-
     pytorch = staticmethod(plain("nn.Sigmoid()"))
 
 
@@ -95,9 +93,7 @@ class TanH(LayerType):
     """``tanh(x)`` (tanh_layer.cpp)."""
 
     memory = staticmethod(neuron)
-
     onnx = staticmethod(unary("Tanh"))
-
     pytorch = staticmethod(plain("nn.Tanh()"))
 
 
@@ -105,7 +101,6 @@ class ELU(LayerType):
     """``x``, or ``alpha (exp(x) - 1)`` below 0 (elu_layer.cpp)."""
 
     memory = staticmethod(neuron)
-
     onnx = staticmethod(unary("Elu", alpha=lambda p: float(p.elu_param.alpha)))
 
     @staticmethod
@@ -117,9 +112,7 @@ class BNLL(LayerType):
     """``log(1 + exp(x))`` (bnll_layer.cpp)."""
 
     memory = staticmethod(neuron)
-
     onnx = staticmethod(unary("Softplus"))
-
     pytorch = staticmethod(plain("nn.Softplus()"))
 
 
@@ -127,9 +120,7 @@ class AbsVal(LayerType):
     """``|x|`` (absval_layer.cpp)."""
 
     memory = staticmethod(neuron)
-
     onnx = staticmethod(unary("Abs"))
-
     pytorch = staticmethod(lambda l: TorchLayer("AbsVal()", helpers=("AbsVal",)))
 
 

@@ -178,7 +178,6 @@ class SPP(LayerType):
         return LayerInfo([(n, width)], [], count(bottoms[0]), buffers)
 
     onnx = SPP_REFUSED
-
     pytorch = SPP_REFUSED
 
 

@@ -31,9 +31,10 @@ REDUCTIONS = {1: "ReduceSum", 2: "ReduceL1", 3: "ReduceSumSquare", 4: "ReduceMea
 BY_VALUES = Refused("its output depends on a second input's values, which the export does not cover")
 
 
-def _concat_axis(p: Any, shape: Shape) -> int:
-    """``concat_dim`` (legacy) wins when set, as in concat_layer.cpp."""
-    return p.concat_dim if p.HasField("concat_dim") else axis_index(p.axis, shape)
+def _axis(p: Any, legacy: str, rank: int) -> int:
+    """A Concat's or Slice's axis: the legacy ``concat_dim``/``slice_dim`` wins when set, as in
+    concat_layer.cpp and slice_layer.cpp; else ``axis``, counted from the end when negative."""
+    return getattr(p, legacy) if p.HasField(legacy) else axis_of(p.axis, rank)
 
 
 def _reshape(g: OnnxGraph, l: Layer, target: list[int]) -> None:
@@ -46,7 +47,7 @@ class Concat(LayerType):
     @staticmethod
     def memory(layer: Any, bottoms: list[Shape], phase: str) -> LayerInfo:
         """concat_layer.cpp: one input is shared (``ShareData``/``ShareDiff``), several are copied."""
-        axis = _concat_axis(layer.concat_param, bottoms[0])
+        axis = _axis(layer.concat_param, "concat_dim", len(bottoms[0]))
         top = list(bottoms[0])
         top[axis] = sum(b[axis] for b in bottoms)
         return LayerInfo([tuple(top)], alias={0: 0} if len(bottoms) == 1 else {})
@@ -54,13 +55,13 @@ class Concat(LayerType):
     @staticmethod
     def onnx(g: OnnxGraph, l: Layer) -> None:
         p = l.param.concat_param
-        axis = p.concat_dim if p.HasField("concat_dim") else p.axis
-        g.op1("Concat", l.bottoms, l.name, l.tops[0], axis=axis_of(axis, len(l.bottom_shapes[0])))
+        axis = _axis(p, "concat_dim", len(l.bottom_shapes[0]))
+        g.op1("Concat", l.bottoms, l.name, l.tops[0], axis=axis)
 
     @staticmethod
     def pytorch(l: Layer) -> TorchLayer:
         p = l.param.concat_param
-        axis = axis_of(p.concat_dim if p.HasField("concat_dim") else p.axis, len(l.bottom_shapes[0]))
+        axis = _axis(p, "concat_dim", len(l.bottom_shapes[0]))
         return TorchLayer(f"Concat({axis})", helpers=("Concat",))
 
 
@@ -72,7 +73,7 @@ class Slice(LayerType):
         """slice_layer.cpp: at ``slice_point``s or in equal parts; one output shares the input."""
         p = layer.slice_param
         shape = bottoms[0]
-        axis = p.slice_dim if p.HasField("slice_dim") else axis_index(p.axis, shape)
+        axis = _axis(p, "slice_dim", len(shape))
         tops = max(len(layer.top), 1)
         if p.slice_point:
             points = [0, *p.slice_point, shape[axis]]
@@ -86,14 +87,14 @@ class Slice(LayerType):
     def onnx(g: OnnxGraph, l: Layer) -> None:
         p = l.param.slice_param
         rank = len(l.bottom_shapes[0])
-        axis = axis_of(p.slice_dim if p.HasField("slice_dim") else p.axis, rank)
+        axis = _axis(p, "slice_dim", rank)
         sizes = [s[axis] for s in l.top_shapes]
         g.op("Split", [l.bottoms[0], g.ints(f"{l.name}/split", sizes)], l.name, l.tops, axis=axis)
 
     @staticmethod
     def pytorch(l: Layer) -> TorchLayer:
         p = l.param.slice_param
-        axis = axis_of(p.slice_dim if p.HasField("slice_dim") else p.axis, len(l.bottom_shapes[0]))
+        axis = _axis(p, "slice_dim", len(l.bottom_shapes[0]))
         if axis == 0:
             raise l.refuse("it slices the batch axis (axis 0)", to="PyTorch")
         return TorchLayer(f"Slice({axis}, {tuple(s[axis] for s in l.top_shapes)})", helpers=("Slice",))
@@ -319,7 +320,6 @@ class Filter(LayerType):
                          bottom_diff=tuple(["propagate"] * len(tops) + ["none"]))
 
     onnx = BY_VALUES
-
     pytorch = BY_VALUES
 
 
@@ -374,7 +374,6 @@ class BatchReindex(LayerType):
         return LayerInfo([top], [], count(top), bottom_diff=("propagate", "none"))
 
     onnx = BY_VALUES
-
     pytorch = BY_VALUES
 
 
@@ -387,7 +386,6 @@ class Silence(LayerType):
         return LayerInfo([])
 
     onnx = Omitted("computes nothing")
-
     pytorch = Omitted("computes nothing")
 
 
