@@ -43,11 +43,14 @@ PATCH_DIR = Path(__file__).with_name("patches")
 # says what it fixes and why. The fixes touch only code that the chosen options compile, so all
 # are applied to every build; the tuning patches (OpenMP in the CPU layers) are left out of a
 # --stock build, which is BVLC Caffe as it builds today, the reference that speed is measured against.
+# 0011 adds layers (the SSD fork's inference layers) and pycaffe's check of a net before it is built:
+# what models the engine can open, so every build has it, --stock included.
 FIX_PATCHES: tuple[str, ...] = (
     "0001-protobuf-3.21-SetTotalBytesLimit.patch",
     "0002-cudnn-8-algorithm-selection.patch",
     "0003-cuda-13-device-query.patch",
     "0010-pycaffe-io-on-current-libraries.patch",
+    "0011-ssd-inference-layers.patch",
 )
 TUNING_PATCHES: tuple[str, ...] = (
     "0004-openmp-cpu-layers.patch",
