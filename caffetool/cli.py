@@ -99,7 +99,7 @@ def optional_positional(argv: list[str]) -> list[str]:
 
 # Tasks whose positional argument takes several words (``caffetool track.import RUN RUN``): Invoke's
 # takes one, so the words are joined with commas, as the task reads them.
-SEVERAL_POSITIONAL = ("track.import",)
+SEVERAL_POSITIONAL = ("track.import", "demo.detect")
 
 
 def several_positional(argv: list[str]) -> list[str]:

@@ -66,6 +66,19 @@ class CaffeRefused(NetError):
     """Caffe itself rejected a net or solver (its FATAL line is the message)."""
 
 
+class UnsupportedLayer(NetError):
+    """A layer the engine cannot build because it belongs to another fork of Caffe (its type, a field it
+    sets, or its Python module), as pycaffe's ``caffe.UnsupportedLayer`` says of the same nets.
+
+    ``layer`` and ``layer_type`` name it; ``fork`` is where it comes from, or None where no table
+    knows (:mod:`caffetool.nets.forks`).
+    """
+
+    def __init__(self, message: str, layer: str, layer_type: str, fork: str | None = None) -> None:
+        super().__init__(message)
+        self.layer, self.layer_type, self.fork = layer, layer_type, fork
+
+
 class PythonLayerError(NetError):
     """A Python layer of a net raised while Caffe built or ran it; ``error`` is the exception's last
     line (``ValueError: ...``)."""

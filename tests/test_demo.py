@@ -24,6 +24,7 @@ from caffetool.errors import NetError
 from caffetool.inference import modelfiles
 from caffetool.serving import classifier, telemetry
 
+from . import chromium
 from .conftest import PROJECT
 from .processes import stop
 from .test_preprocess import jpeg_bomb, png_16bit_rgba
@@ -275,39 +276,30 @@ def test_classify_command_and_annotations(trained_run, test_images, tmp_path):
 
 
 def test_browser_upload_and_drawing(server, test_images, tmp_path):
-    from playwright.sync_api import sync_playwright
-
     images, _ = test_images
     expected = httpx.post(f"{server}/api/classify", content=images[1]).json()["top"][0]["label"]
     (tmp_path / "upload.png").write_bytes(images[1])
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
-        try:
-            page = browser.new_page()
-            page.goto(server)
-            page.wait_for_selector("#model:has-text('10 classes')")
-            page.set_input_files("#file", str(tmp_path / "upload.png"))
-            page.wait_for_selector("#predicted:not(:empty)")
-            assert page.inner_text("#predicted") == f"— {expected}"
-            assert page.locator("#bars .bar").count() == 5
-            page.evaluate("document.getElementById('predicted').textContent = ''")
-            box = page.locator("#canvas").bounding_box()
-            page.mouse.move(box["x"] + 140, box["y"] + 40)
-            page.mouse.down()
-            for y in range(40, 250, 10):
-                page.mouse.move(box["x"] + 140, box["y"] + y)
-            page.mouse.up()
-            page.click("#classify-drawing")
-            page.wait_for_selector("#predicted:not(:empty)")
-            assert page.inner_text("#predicted").startswith("— ")
-            assert "forward" in page.inner_text("#timings")
-            assert page.get_attribute("#seen", "src").startswith("data:image/png;base64,")
-            page.screenshot(path=str(tmp_path / "page.png"))
-        finally:
-            browser.close()
+    with chromium.launched() as browser:
+        page = browser.new_page()
+        page.goto(server)
+        page.wait_for_selector("#model:has-text('10 classes')")
+        page.set_input_files("#file", str(tmp_path / "upload.png"))
+        page.wait_for_selector("#predicted:not(:empty)")
+        assert page.inner_text("#predicted") == f"— {expected}"
+        assert page.locator("#bars .bar").count() == 5
+        page.evaluate("document.getElementById('predicted').textContent = ''")
+        box = page.locator("#canvas").bounding_box()
+        page.mouse.move(box["x"] + 140, box["y"] + 40)
+        page.mouse.down()
+        for y in range(40, 250, 10):
+            page.mouse.move(box["x"] + 140, box["y"] + y)
+        page.mouse.up()
+        page.click("#classify-drawing")
+        page.wait_for_selector("#predicted:not(:empty)")
+        assert page.inner_text("#predicted").startswith("— ")
+        assert "forward" in page.inner_text("#timings")
+        assert page.get_attribute("#seen", "src").startswith("data:image/png;base64,")
+        page.screenshot(path=str(tmp_path / "page.png"))
     assert os.path.getsize(tmp_path / "page.png") > 1000
 
 

@@ -22,6 +22,7 @@ from caffetool.demo import multipart, webapp
 from caffetool.demo.routetable import Endpoint, RouteTableError, routed
 from caffetool.runpage import examples, runview
 
+from . import chromium
 from .conftest import PROJECT
 from .test_demo import free_port, start_server, stop
 
@@ -372,15 +373,8 @@ def test_model_files_on_opencv_have_no_run_page_examples_nor_visualizations(trai
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
-        yield chromium
-        chromium.close()
+    with chromium.launched() as launched:
+        yield launched
 
 
 @pytest.fixture

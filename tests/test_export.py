@@ -400,9 +400,9 @@ def test_refusals_name_the_layer_and_write_nothing(exported, caffe, tmp_path):
     assert "layer 'mine' (Python) cannot be exported: runs Python code" in line
     unknown = tmp_path / "unknown.prototxt"
     unknown.write_text('input: "data" input_shape { dim: 1 dim: 1 dim: 4 dim: 4 }\n'
-                       'layer { name: "odd" type: "Upsample" bottom: "data" top: "out" }\n')
+                       'layer { name: "odd" type: "Frobnicate" bottom: "data" top: "out" }\n')
     line = refused(tmp_path, "--deploy", str(unknown), "--weights", str(weights))
-    assert "layer 'odd' has type 'Upsample', which is not a BVLC Caffe 1.0 layer the export covers" in line
+    assert "layer 'odd' has type 'Frobnicate', which is not a BVLC Caffe 1.0 layer the export covers" in line
     other = random_weights(caffe, SHARE / "examples/cifar10/cifar10_quick.prototxt", tmp_path / "cifar.caffemodel")
     line = refused(tmp_path, "--deploy", str(run / "deploy.prototxt"), "--weights", str(other))
     assert "conv1" in line

@@ -95,8 +95,8 @@ def test_caffes_own_check_failure_is_caffe_refused(engine, tmp_path):
 
 def test_a_net_caffe_cannot_parse_is_still_refused_by_caffe(engine, tmp_path):
     (tmp_path / "deploy.prototxt").write_text("layer { nonsense: 1 }\n")
-    with pytest.raises(CaffeRefused, match=r"^Caffe refused the net \(upgrade_proto.cpp:\d+\): "
-                                           r"Check failed: ReadProtoFromTextFile"):
+    with pytest.raises(NetError, match=r"^deploy.prototxt:1: unknown field 'nonsense', which this Caffe engine's "
+                                       r"caffe.proto does not have$"):  # pycaffe's own check (caffe.net_check)
         check.validate(engine, tmp_path, deploy=["deploy.prototxt"])
 
 

@@ -31,8 +31,8 @@ class QuickDeadline(DeadlineProtocol):
 
 def stand_in_classifier() -> SimpleNamespace:
     """What the server needs of a classifier, without a net: the connection handling is under test."""
-    return SimpleNamespace(name="stand-in", describe=lambda: {"name": "stand-in"}, backend="none",
-                           blobs=("data", "prob"), labels=["one"], files=None, load_seconds=None,
+    return SimpleNamespace(name="stand-in", kind="classification", describe=lambda: {"name": "stand-in"},
+                           backend="none", blobs=("data", "prob"), labels=["one"], files=None, load_seconds=None,
                            max_pixels=preprocess.MAX_PIXELS,
                            prepare=lambda data: SimpleNamespace(blob=np.zeros((1, 1)), size=len(data)),
                            rows=lambda blob: np.ones((len(blob), 1), np.float32),

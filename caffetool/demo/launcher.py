@@ -35,7 +35,7 @@ from caffetool.demo.webapp import create_app
 from caffetool.engine import EngineInfo, cpu_threads, import_caffe, locate
 from caffetool.errors import ConfigError
 from caffetool.inference import modelfiles
-from caffetool.serving import classifier, repository, telemetry
+from caffetool.serving import classifier, detector, repository, telemetry
 from caffetool.serving.batcher import Batching
 from caffetool.serving.catalog import ServedModel
 
@@ -72,24 +72,25 @@ def serve(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str
 
 
 def _models(engine: EngineInfo, source: modelfiles.ModelFiles | Path, backend: str, device: PycaffeDevice,
-            validate: bool = True, say: Callable[[str], None] = lambda _: None) -> classifier.Classifier | list[ServedModel]:
-    """The model, or the repository's models; a bad model fails start-up (a repository's only where
-    none of its models loads: ``say`` names each one left out)."""
+            validate: bool = True, say: Callable[[str], None] = lambda _: None
+            ) -> classifier.Classifier | detector.Detector | list[ServedModel]:
+    """The model (a classifier or a detector, as its net is), or the repository's models; a bad model
+    fails start-up (a repository's only where none of its models loads: ``say`` names each one left out)."""
     if isinstance(source, Path):
         return repository.load(engine, source, backend, device, validate, say)
-    return classifier.load(engine, source, backend, validate=validate, device=device)
+    return detector.load_model(engine, source, backend, validate=validate, device=device)
 
 
-def _served(models: classifier.Classifier | list[ServedModel], device: PycaffeDevice) -> str:
+def _served(models: classifier.Classifier | detector.Detector | list[ServedModel], device: PycaffeDevice) -> str:
     """What the server serves, in a few words: ``lenet (caffe, CPU)``, or for a repository
     ``lenet versions 1, 2 (caffe), shirts version 1 (onnxruntime); CPU``."""
-    if isinstance(models, classifier.Classifier):
+    if not isinstance(models, list):
         return f"{models.name} ({models.backend}, {device.label})"
     versions: dict[str, list[ServedModel]] = {}
     for m in models:
         versions.setdefault(m.name, []).append(m)
     listed = [f"{name} version{'s' if len(ms) > 1 else ''} {', '.join(m.version for m in ms)} "
-              f"({ms[-1].classifier.backend})" for name, ms in versions.items()]
+              f"({ms[-1].model.backend})" for name, ms in versions.items()]
     return f"{', '.join(listed)}; {device.label}"
 
 

@@ -5,12 +5,14 @@ rather than by Starlette's ``request.form()``: that spools every uploaded file p
 temporary file on disk, and the demo keeps uploads in memory only (the body it parses is already
 capped at ``--max-body``). A form may carry several files ("classify many"); every non-empty part
 counts as one, up to a limit, and keeps the file name its client gave, for the answer to name it.
+A route that takes settings in the form too (a detector's ``threshold``) takes those parts out by
+their field name first (:func:`settings`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -35,6 +37,7 @@ class Upload:
 
     name: str | None
     data: bytes
+    field: str | None = field(default=None, compare=False)  # the form's name for the part (``name=``)
 
 
 def uploads(content_type: str, body: bytes, max_files: int | None = None) -> list[Upload]:
@@ -56,6 +59,22 @@ def uploads(content_type: str, body: bytes, max_files: int | None = None) -> lis
     return files
 
 
+def settings(parts: list[Upload], names: tuple[str, ...]) -> tuple[dict[str, str], list[Upload]]:
+    """The text fields among ``parts`` whose field name is one of ``names`` (parts without a file
+    name), by name, and the other parts; a field that is not text is left among the files."""
+    found: dict[str, str] = {}
+    rest: list[Upload] = []
+    for part in parts:
+        if part.name is None and part.field in names:
+            try:
+                found[part.field] = part.data.decode("ascii").strip()
+                continue
+            except UnicodeDecodeError:
+                pass
+        rest.append(part)
+    return found, rest
+
+
 def image_bytes(content_type: str, body: bytes) -> bytes:
     """The first non-empty part of a ``multipart/form-data`` body, or ``body`` for any other type."""
     return uploads(content_type, body)[0].data
@@ -66,28 +85,29 @@ def _parts(boundary: bytes, body: bytes) -> list[Upload]:
     parts: list[Upload] = []
     data: list[bytearray] = []
     headers: dict[bytes, bytes] = {}
-    field, value = bytearray(), bytearray()
+    header, value = bytearray(), bytearray()
 
     def on_part_begin() -> None:
         data.append(bytearray())
         headers.clear()
 
     def on_header_field(chunk: bytes, start: int, end: int) -> None:
-        field.extend(chunk[start:end])
+        header.extend(chunk[start:end])
 
     def on_header_value(chunk: bytes, start: int, end: int) -> None:
         value.extend(chunk[start:end])
 
     def on_header_end() -> None:
-        headers[bytes(field).lower()] = bytes(value)
-        field.clear()
+        headers[bytes(header).lower()] = bytes(value)
+        header.clear()
         value.clear()
 
     def on_part_data(chunk: bytes, start: int, end: int) -> None:
         data[-1] += chunk[start:end]
 
     def on_part_end() -> None:
-        parts.append(Upload(_file_name(headers.get(b"content-disposition", b"")), bytes(data.pop())))
+        disposition = headers.get(b"content-disposition", b"")
+        parts.append(Upload(_file_name(disposition), bytes(data.pop()), _field_name(disposition)))
 
     try:
         parser = MultipartParser(boundary, {
@@ -100,6 +120,11 @@ def _parts(boundary: bytes, body: bytes) -> list[Upload]:
     if data:
         raise BadMultipart("the multipart body ends inside a part, before its closing boundary")
     return parts
+
+
+def _field_name(disposition: bytes) -> str | None:
+    raw = parse_options_header(disposition)[1].get(b"name")
+    return raw.decode("utf-8", errors="replace")[:MAX_NAME] if raw else None
 
 
 def _file_name(disposition: bytes) -> str | None:

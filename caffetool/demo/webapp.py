@@ -1,5 +1,8 @@
 """The demo's HTTP server: a page, a JSON API, the run's page and a health check (Starlette on uvicorn).
 
+It serves classifiers and detection models alike: ``/api/classify`` answers a classifier's top
+classes, a detection model's boxes (at or above a ``threshold`` given in the query or the form).
+
 Routes: :data:`ROUTES`, the page's and the API's, then the Open Inference Protocol's (:data:`.v2.ROUTES`)
 and ``/metrics``.
 
@@ -40,6 +43,7 @@ from caffetool.runpage.runview import EVALUATIONS, PLOTS, DamagedRun, NoRun, NoS
 from caffetool.serving.batcher import Batching, ClientLeft, QueueFull, off_loop, unless_left
 from caffetool.serving.catalog import DEFAULT_VERSION, Catalog, NoSuchModel, Served, ServedModel
 from caffetool.serving.classifier import Classifier, NoVisualizations
+from caffetool.serving.detector import DEFAULT_THRESHOLD, Detector
 from caffetool.serving.telemetry import Counting, ServerMetrics
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
@@ -57,7 +61,9 @@ PAGE = (
              "examples, whether visualizations are offered"),
     Endpoint("/api/models", "model_list", "every model and version served"),
     Endpoint("/api/classify", "classify", "raw image bytes or a multipart form of up to 32 files: the top k "
-             "(`?top=k`), timings, the preprocessed input on `?input=1`; one result or error per file", ("POST",)),
+             "(`?top=k`) or, for a detection model, the boxes at or above `?threshold=` (or a form field; default "
+             "0.5) in pixels and normalised, with the image's size; timings, the preprocessed input on `?input=1`; "
+             "one result or error per file", ("POST",)),
     Endpoint("/api/visualize", "visualize", "an image: the first convolution's filters and a layer's activations "
              "(`?layer=NAME`) as base64 PNGs (caffe backend)", ("POST",)),
     Endpoint("/api/examples", "example_list", "records of the run's test set (`?count=N&offset=K`): index, label, "
@@ -120,13 +126,13 @@ SERVER_FOLDERS = re.compile(r"(?<![\w.~])/(?:[^\s/'\"]+/)+")  # the folders of a
 UPLOAD_ERRORS = (BodyTooLarge, multipart.TooManyFiles, NotAnImage, BadImage, multipart.BadMultipart)
 
 
-def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_MAX_BODY,
+def create_app(models: Classifier | Detector | list[ServedModel], max_body: int = DEFAULT_MAX_BODY,
                caffe_pb2: ModuleType | None = None, batching: Batching = Batching()) -> Starlette:
-    """The app serving ``models`` (one classifier: version 1 of its name); a run's test set is offered
+    """The app serving ``models`` (one model: version 1 of its name); a run's test set is offered
     as examples when ``caffe_pb2`` is given. Each model's forward passes, the page's and the
     protocol's, go through its one :class:`.batcher.Batcher`."""
     metrics = ServerMetrics()
-    if isinstance(models, Classifier):
+    if not isinstance(models, list):
         models = [ServedModel(models.name, DEFAULT_VERSION, models)]
     catalog = Catalog(models, batching, metrics, caffe_pb2)
     page = resources.files("caffetool.demo").joinpath("page.html").read_text()
@@ -143,21 +149,29 @@ def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_M
 
     async def model_info(request: Request) -> Response:
         served = chosen(request)
-        return JSONResponse({**served.classifier.describe(), "name": served.name, "version": served.version,
+        return JSONResponse({**served.model.describe(), "name": served.name, "version": served.version,
                              "examples": served.test_set.total if served.test_set else 0,
                              # pycaffe exposes every blob; OpenCV DNN's visualizations are refused
-                             "visualize": served.classifier.backend == "caffe"})
+                             "visualize": served.model.kind == "classification" and served.model.backend == "caffe"})
 
     async def model_list(request: Request) -> Response:
         return JSONResponse({"models": catalog.listing()})
 
     async def classified(served: Served, data: bytes, top: int, want_input: bool) -> dict[str, Any]:
-        classifier = served.classifier
+        classifier = served.model
         prepared = await off_loop(classifier.prepare, data)
         start = time.perf_counter()
         rows = await served.batcher.submit(prepared.blob)
         probs = rows[0] if len(rows) == 1 else rows.mean(0)  # oversampled crops are averaged
         answer = classifier.answer(prepared, probs, top, want_input, (time.perf_counter() - start) * 1e3)
+        return {**answer, "model": served.name, "version": served.version}
+
+    async def detected(served: Served, data: bytes, threshold: float, want_input: bool) -> dict[str, Any]:
+        model = served.model
+        prepared = await off_loop(model.prepare, data)
+        start = time.perf_counter()
+        found = (await served.batcher.submit(prepared.blob))[0]
+        answer = model.answer(prepared, found, threshold, want_input, (time.perf_counter() - start) * 1e3)
         return {**answer, "model": served.name, "version": served.version}
 
     async def classify(request: Request) -> Response:
@@ -166,14 +180,24 @@ def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_M
         want_input = _flag(request, "input")
         body = await _read_body(request, max_body)
         files = multipart.uploads(request.headers.get("content-type", ""), body, MAX_FILES)
-        check_request([upload.data for upload in files], served.classifier.max_pixels)
+        if served.model.kind == "detection":
+            form, files = multipart.settings(files, ("threshold",))
+            threshold = _threshold(request.query_params.get("threshold", form.get("threshold")))
+            if not files:
+                raise multipart.BadMultipart("the multipart body holds no file")
+
+            def answered(data: bytes) -> Awaitable[dict[str, Any]]:
+                return detected(served, data, threshold, want_input)
+        else:
+            def answered(data: bytes) -> Awaitable[dict[str, Any]]:
+                return classified(served, data, top, want_input)
+        check_request([upload.data for upload in files], served.model.max_pixels)
         if len(files) == 1:
-            return JSONResponse(_encoded(await unless_left(request.receive, classified(served, files[0].data, top,
-                                                                                       want_input))))
+            return JSONResponse(_encoded(await unless_left(request.receive, answered(files[0].data))))
 
         async def each(upload: multipart.Upload) -> dict[str, Any]:
             try:
-                return {"file": upload.name, **_encoded(await classified(served, upload.data, top, want_input))}
+                return {"file": upload.name, **_encoded(await answered(upload.data))}
             except UPLOAD_ERRORS as e:
                 return {"file": upload.name, "error": str(e), "status": status_of(e)}
 
@@ -185,9 +209,11 @@ def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_M
         if layer is not None and not LAYER_NAME.match(layer):
             raise BadParameter("layer must be a layer name of the net (letters, digits and ._/:+-, up to 200)")
         served = chosen(request)
+        if served.model.kind != "classification":
+            raise NoVisualizations(f"visualizations are shown for classifiers; {served.name} is a detection model")
         body = await _read_body(request, max_body)
         data = multipart.image_bytes(request.headers.get("content-type", ""), body)
-        shown = await anyio.to_thread.run_sync(served.classifier.visualize, data, layer)
+        shown = await anyio.to_thread.run_sync(served.model.visualize, data, layer)
         return JSONResponse({**shown, **{key: _base64(shown.get(key)) for key in ("filters_png", "activations_png")}})
 
     async def example_list(request: Request) -> Response:
@@ -197,7 +223,7 @@ def create_app(models: Classifier | list[ServedModel], max_body: int = DEFAULT_M
         offset = _int(request, "offset", 0, 0, found.total - 1)
         listed = await anyio.to_thread.run_sync(found.listing, offset, count)
         return JSONResponse({"total": found.total, "offset": offset, "examples": [
-            {"index": index, "label": label, "class": _class_name(served.classifier, label),
+            {"index": index, "label": label, "class": _class_name(served.model, label),
              "url": f"/api/examples/{index}.png{served.query}"} for index, label in listed]})
 
     async def example_image(request: Request) -> Response:
@@ -309,6 +335,19 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
         raise BadParameter(f"{name} must be an integer") from None
     if not low <= value <= high:
         raise BadParameter(f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def _threshold(text: str | None) -> float:
+    """A detection model's ``threshold`` (query or form), a number from 0 to 1; 0.5 when absent."""
+    if text is None or text == "":
+        return DEFAULT_THRESHOLD
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadParameter(f"threshold must be a number from 0 to 1, got {text[:40]!r}") from None
+    if not 0 <= value <= 1:
+        raise BadParameter(f"threshold must be from 0 to 1, got {value:g}")
     return value
 
 

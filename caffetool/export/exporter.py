@@ -87,7 +87,7 @@ def export(engine: EngineInfo, request: ExportRequest, say: Callable[[str], None
     caffe, net_param, net = _load(engine, request.files, form.refusals)
     labels = _labels(request.files)
     converted = form.convert(net_param, net, request, _name(request.files))
-    _check_labels(labels, net, converted, request.files)
+    _check_labels(labels, net, net_param, converted, request.files)
     caffe_input, model_input = _io_names(converted, request.with_preprocessing)
     p = _preprocessing(caffe, request.files, net_param, model_input)
     written = form.finish(converted, p, labels, request)
@@ -266,11 +266,22 @@ def _labels(files: modelfiles.ModelFiles) -> list[str] | None:
     return labelfile.read(Path(files.labels)) if files.labels and Path(files.labels).is_file() else None
 
 
-def _check_labels(labels: list[str] | None, net: Any, converted: formats.Conversion,
+def _check_labels(labels: list[str] | None, net: Any, net_param: Any, converted: formats.Conversion,
                   files: modelfiles.ModelFiles) -> None:
     """Labels go into the model's metadata (a PyTorch export's record): as many as the net's last
-    output has values per image."""
+    output has values per image; a detection net's name its label ids, one line each, as many as its
+    DetectionOutput's ``num_classes`` (the background's line included)."""
     if labels is None or not converted.outputs:
+        return
+    if modelfiles.is_detection(net_param):
+        output = modelfiles.output_blob(net_param)
+        layer = next(layer for layer in reversed(net_param.layer) if output in layer.top)
+        classes = int(layer.detection_output_param.num_classes)
+        if len(labels) != classes:
+            raise ConfigError(f"{files.labels} names {len(labels)} labels, but the detection net's "
+                              f"{modelfiles.DETECTION_OUTPUT} layer {layer.name!r} has num_classes {classes}: a "
+                              "detection net's labels file names each label id on its own line, the background "
+                              "(label 0) included; give the labels of this net (nothing was written)")
         return
     final = net.blobs[verify.output_blobs(converted)[converted.outputs[-1]]].data
     classes = int(np.prod(final.shape[1:]))
@@ -421,6 +432,9 @@ def _reported(result: verify.Verification, say: Callable[[str], None], where: st
         raise ExportError(f"{where}layer {past.layer!r} ({past.type}) gives {past.non_finite:,} values that are not "
                           "finite (NaN or infinity) in Caffe itself, from finite inputs (weights that overflow "
                           f"float32, a division by zero): a model that answers them is not verified{unwritten}")
+    if past.mismatch:  # detections: another count, image or label, which no tolerance covers
+        raise ExportError(f"{where}layer {past.layer!r} ({past.type}) gives other detections than Caffe: "
+                          f"{past.mismatch}{unwritten}")
     hint = " (compare with --tolerance, or report the layer)" if writing else ""
     raise ExportError(f"{where}layer {past.layer!r} ({past.type}) differs from Caffe by {past.rel:.3g} of its "
                       f"scale, past the tolerance of {result.tolerance:g}{unwritten}{hint}")

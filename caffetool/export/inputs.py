@@ -2,9 +2,10 @@
 
 Each batch is a pair of feeds, one for pycaffe and one for onnxruntime. From a run's test database
 Caffe gets what its TEST-phase ``DataTransformer`` makes of each record (:mod:`caffetool.inference.records`,
-bit for bit); drawn images (uniform in [0, 1], H x W x C, seeded) reach Caffe through pycaffe's own
-``caffe.io.Transformer``. The model gets the same blob, or, when its graph holds the preprocessing,
-the image itself (a record's pixels / 255, in ``load_image``'s channel order).
+bit for bit); drawn images (uniform in [0, 1], H x W x C, seeded; in [0, 255] for a detection net,
+whose steps take pixel values) reach Caffe through pycaffe's own ``caffe.io.Transformer``. The model
+gets the same blob, or, when its graph holds the preprocessing, the image itself (a record's pixels
+/ 255, in ``load_image``'s channel order; its pixels as they are for a detection net).
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ def test_count(run_dir: Path, caffe_pb2: Any) -> int:
 def drawn_images(p: Preprocessing, count: int, seed: int = SEED) -> Iterator[np.ndarray]:
     rng = np.random.default_rng(seed)
     for _ in range(count):
-        yield rng.random((p.height, p.width, p.channels), dtype=np.float32)
+        image = rng.random((p.height, p.width, p.channels), dtype=np.float32)
+        yield image * np.float32(p.pixel_max) if p.pixel_max != 1 else image
 
 
 def as_loaded(pixels: np.ndarray, p: Preprocessing) -> np.ndarray:
-    """A record's C x H x W pixels as ``load_image`` would give the image: H x W x C in [0, 1], the
-    channels in the order the swap turns into the record's."""
-    chw = pixels.astype(np.float32) / np.float32(255)
+    """A record's C x H x W pixels as ``load_image`` would give the image: H x W x C in [0, 1] (0-255
+    for a detection net's steps), the channels in the order the swap turns into the record's."""
+    chw = pixels.astype(np.float32) if p.stretch else pixels.astype(np.float32) / np.float32(255)
     if p.channel_swap:
         chw = chw[np.argsort(p.channel_swap)]
     return chw.transpose(1, 2, 0)

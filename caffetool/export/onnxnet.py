@@ -35,6 +35,16 @@ class Compared:
     type: str
     index: int
     outputs: tuple[tuple[str, str], ...]
+    cut: int | None = None  # a DetectionOutput's keep_top_k: the rows per image past which Caffe drops boxes
+
+
+def cut_of(layer: Any) -> int | None:
+    """The rows per image a DetectionOutput layer keeps at most (``keep_top_k``), None for other layers
+    and for one that keeps all."""
+    if layer.type != "DetectionOutput":
+        return None
+    keep = layer.detection_output_param.keep_top_k
+    return keep if keep > -1 else None
 
 
 @dataclass
@@ -95,7 +105,8 @@ def convert(net_param: Any, net: Any, opset: int, batch: int | None, name: str) 
                             [tuple(net.blobs[t].data.shape) for t in layer.top], params)
         catalogue.translation(layer.type, "onnx")(g, item)
         current.update(zip(layer.top, tops))
-        compared.append(Compared(layer.name, layer.type, order.index(layer.name), tuple(zip(layer.top, tops))))
+        compared.append(Compared(layer.name, layer.type, order.index(layer.name), tuple(zip(layer.top, tops)),
+                                 cut_of(layer)))
     outputs = [current[blob] for blob in net.outputs if blob in current]
     graph_inputs = [tensor(blob, [first, *shape]) for blob, shape in inputs.items()]
     model = g.model(graph_inputs, [tensor(blob, None) for blob in outputs], name,

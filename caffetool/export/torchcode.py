@@ -151,6 +151,147 @@ class AbsVal(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.abs()
 ''',
+    "Normalize": '''
+class Normalize(nn.Module):
+    """The SSD fork's Normalize: each item (``across_spatial``) or each position's channels divided by
+    their L2 norm, sqrt(eps + sum of squares), then scaled by one learned factor or one per channel."""
+
+    def __init__(self, shape: tuple[int, ...], across_spatial: bool, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(shape))
+        self.across_spatial, self.eps = across_spatial, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        axes = tuple(range(1, x.dim())) if self.across_spatial else (1,)
+        return x / torch.sqrt((x * x).sum(axes, keepdim=True) + self.eps) * self.weight
+''',
+    "Permute": '''
+class Permute(nn.Module):
+    """The SSD fork's Permute: the axes in another order."""
+
+    def __init__(self, order: tuple[int, ...]) -> None:
+        super().__init__()
+        self.order = order
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(*self.order).contiguous()
+''',
+    "PriorBox": '''
+class PriorBox(nn.Module):
+    """The SSD fork's PriorBox: the default boxes, then their variances, (1, 2, boxes x 4). They depend
+    only on the net's shapes, so they are a buffer, whatever the inputs."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.register_buffer("priors", torch.zeros(shape))
+
+    def forward(self, *_: torch.Tensor) -> torch.Tensor:
+        return self.priors
+''',
+    "DetectionOutput": '''
+class DetectionOutput(nn.Module):
+    """The SSD fork's DetectionOutput (detection_output_layer.cpp): the predicted boxes decoded against
+    the priors; for each image and class but the background, the boxes scoring above ``threshold``,
+    best first (equal scores in prior order), at most ``top_k`` of them, kept by greedy non-maximum
+    suppression (a box whose overlap with a kept one exceeds the threshold is dropped; with ``eta`` < 1
+    the threshold shrinks after each kept box while above 0.5); of each image's kept boxes the
+    ``keep_top_k`` best remain. Rows [image, label, confidence, xmin, ymin, xmax, ymax], by image, label
+    and confidence, shaped (1, 1, rows, 7); with none in the whole batch, [image, -1, ...] per image.
+    Arithmetic in float32 as the C++ does it, so the same boxes are kept."""
+
+    def __init__(self, num_classes: int, share_location: bool, background: int, code: str, variance_in_target: bool,
+                 threshold: float, nms_threshold: float, top_k: int, keep_top_k: int, eta: float = 1.0) -> None:
+        super().__init__()
+        self.num_classes, self.share_location, self.background = num_classes, share_location, background
+        self.code, self.variance_in_target, self.threshold = code, variance_in_target, threshold
+        self.nms_threshold, self.top_k, self.keep_top_k, self.eta = nms_threshold, top_k, keep_top_k, eta
+
+    def forward(self, loc: torch.Tensor, conf: torch.Tensor, priors: torch.Tensor) -> torch.Tensor:
+        n, count = loc.shape[0], priors.shape[-1] // 4
+        boxes = self.decoded(loc.reshape(n, count, -1, 4), priors.reshape(2, count, 1, 4))
+        conf = conf.reshape(n, count, self.num_classes)
+        rows = []
+        for image in range(n):
+            kept = []  # (confidence, label, box), by label then rank
+            for label in range(self.num_classes):
+                if label == self.background:
+                    continue
+                candidates = boxes[image, :, 0 if self.share_location else label]
+                for index in self.suppressed(candidates, conf[image, :, label]):
+                    kept.append((float(conf[image, index, label]), label, candidates[index]))
+            if -1 < self.keep_top_k < len(kept):
+                best = sorted(kept, key=lambda row: -row[0])[:self.keep_top_k]
+                kept = sorted(best, key=lambda row: row[1])
+            rows += [torch.cat([torch.tensor([image, label, score], dtype=loc.dtype), box])
+                     for score, label, box in kept]
+        if not rows:
+            none = torch.full((n, 7), -1.0, dtype=loc.dtype)
+            none[:, 0] = torch.arange(n, dtype=loc.dtype)
+            return none.reshape(1, 1, n, 7)
+        return torch.stack(rows).reshape(1, 1, -1, 7)
+
+    def decoded(self, loc: torch.Tensor, priors: torch.Tensor) -> torch.Tensor:
+        low, high = priors[0, ..., :2], priors[0, ..., 2:]
+        move_low, move_high = loc[..., :2], loc[..., 2:]
+        if not self.variance_in_target:
+            move_low, move_high = priors[1, ..., :2] * move_low, priors[1, ..., 2:] * move_high
+        if self.code == "CENTER_SIZE":
+            size = high - low
+            centre = move_low * size + (low + high) / 2
+            half = torch.exp(move_high) * size / 2
+            low, high = centre - half, centre + half
+        elif self.code == "CORNER_SIZE":
+            size = high - low
+            low, high = low + move_low * size, high + move_high * size
+        else:
+            low, high = low + move_low, high + move_high
+        return torch.cat([low, high], -1)
+
+    def suppressed(self, boxes: torch.Tensor, scores: torch.Tensor) -> list[int]:
+        """The indices that greedy suppression keeps, best first. With a fixed threshold, candidate i is kept
+        if no kept candidate before it overlaps it past the threshold: one answer, which repeating that
+        rule for all candidates at once reaches (each pass settles at least the next candidate)."""
+        above = torch.nonzero(scores > self.threshold).flatten()
+        order = torch.sort(scores[above], descending=True, stable=True).indices
+        if self.top_k > -1:
+            order = order[:self.top_k]
+        chosen = above[order]
+        overlaps = self.overlaps(boxes[chosen])
+        if self.eta < 1:
+            return chosen[self.adaptive(overlaps)].tolist()
+        over = torch.tril(overlaps > self.nms_threshold, -1).to(boxes.dtype)
+        keep = torch.ones(len(chosen), dtype=boxes.dtype)
+        while True:
+            settled = (over @ keep == 0).to(boxes.dtype)
+            if torch.equal(settled, keep):
+                return chosen[keep.bool()].tolist()
+            keep = settled
+
+    def adaptive(self, overlaps: torch.Tensor) -> list[int]:
+        """Greedy suppression whose threshold shrinks by ``eta`` after each kept box while above 0.5 (in
+        float32, as the C++), one candidate after another."""
+        rows = overlaps.tolist()
+        kept: list[int] = []
+        threshold = self.nms_threshold
+        for i, row in enumerate(rows):
+            if all(row[k] <= threshold for k in kept):
+                kept.append(i)
+                if threshold > 0.5:
+                    threshold = float(torch.tensor(threshold * self.eta, dtype=torch.float32))
+        return kept
+
+    @staticmethod
+    def overlaps(b: torch.Tensor) -> torch.Tensor:
+        """Intersection over union of every pair (bbox_util.hpp ``JaccardOverlap``): 0 where two boxes do not
+        overlap; a box with its corners the wrong way round has no area."""
+        width = torch.minimum(b[:, None, 2], b[None, :, 2]) - torch.maximum(b[:, None, 0], b[None, :, 0])
+        height = torch.minimum(b[:, None, 3], b[None, :, 3]) - torch.maximum(b[:, None, 1], b[None, :, 1])
+        inverted = (b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1])
+        area = torch.where(inverted, torch.zeros_like(b[:, 0]), (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))
+        intersection = width * height
+        iou = intersection / (area[:, None] + area[None, :] - intersection)
+        return torch.where((width <= 0) | (height <= 0), torch.zeros_like(iou), iou)
+''',
 }
 USES_FUNCTIONAL = {"WithinChannelLRN"}
 

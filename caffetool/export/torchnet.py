@@ -24,7 +24,7 @@ from caffetool.backends import torchmodule
 from caffetool.backends.torchmodule import module_class
 from caffetool.errors import ExportError
 from caffetool.export import torchcode
-from caffetool.export.onnxnet import Compared, kept_layers
+from caffetool.export.onnxnet import Compared, cut_of, kept_layers
 from caffetool.layers import catalogue
 from caffetool.layers.caffelayer import Layer
 
@@ -93,7 +93,7 @@ def convert(net_param: Any, net: Any, name: str, about: str, weights_name: str) 
         current.update(zip(layer.top, item.tops))
         names = tuple((top, f"{attr}:{i}") for i, top in enumerate(layer.top))
         last.update(names)
-        compared.append(Compared(layer.name, layer.type, order.index(layer.name), names))
+        compared.append(Compared(layer.name, layer.type, order.index(layer.name), names, cut_of(layer)))
     returned = [blob for blob in net.outputs if blob in last]
     class_name = _class_name(net_param.name or name)
     source = torchcode.source(class_name, about, attributes, arguments, steps, [current[b] for b in returned],

@@ -5,6 +5,11 @@ From a run directory everything is known: ``deploy.prototxt``, the newest ``.caf
 ``--solver`` run, of its first test net, and the size of the training images (a crop net's images
 are resized to it before the crop). Files can also be given one by one, with the colour options of
 pycaffe's ``Classifier`` (:class:`.preprocess.Colour`).
+
+A net whose output comes from a ``DetectionOutput`` layer (the SSD fork's, W. Liu et al., "SSD:
+Single Shot MultiBox Detector") is a detection net: it is fed the whole image stretched to its input
+(:class:`.preprocess.Stretch`), with the mean, scale and channel order given; pycaffe's crop options
+mean nothing to it and are refused.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from caffetool.inference import preprocess
 from caffetool.nets import transform
 from caffetool.runs import runrecord, snapshots
 from caffetool.runs.folder import RunFolder
+
+DETECTION_OUTPUT = "DetectionOutput"  # the SSD fork's layer type that writes a detection net's answer
 
 
 @dataclass
@@ -66,7 +73,30 @@ def _dataset_manifest(run_dir: Path) -> dict:
 
 def transform_of(caffe: Any, files: ModelFiles, deploy: Any) -> preprocess.Transform:
     """How images are fed to the model of ``files`` (``deploy``: its NetParameter), as the demo feeds them."""
-    return _transform(caffe, files, *input_shape(deploy, files.deploy))
+    return _transform(caffe, files, *input_shape(deploy, files.deploy), detection=is_detection(deploy))
+
+
+def input_blob(net: Any) -> str:
+    """The deploy net's image input: its Input layer's top, or the legacy ``input`` field."""
+    tops = [layer.top[0] for layer in net.layer if layer.type == "Input" and layer.top]
+    return tops[0] if tops else (net.input[0] if net.input else "data")
+
+
+def output_blob(net: Any) -> str:
+    """The deploy net's output: the first top of its last layer (Caffe's nets end with their answer)."""
+    return net.layer[-1].top[0] if len(net.layer) and net.layer[-1].top else "prob"
+
+
+def output_layer_type(net: Any) -> str | None:
+    """The type of the layer that writes the net's output blob, None for a net without layers."""
+    output = output_blob(net)
+    return next((layer.type for layer in reversed(net.layer) if output in layer.top), None)
+
+
+def is_detection(net: Any) -> bool:
+    """Whether the deploy net ``net`` (a NetParameter) answers detections: its output comes from a
+    ``DetectionOutput`` layer, rows ``[image, label, confidence, xmin, ymin, xmax, ymax]``."""
+    return output_layer_type(net) == DETECTION_OUTPUT
 
 
 def input_shape(net: Any, path: Path) -> tuple[int, int, int]:
@@ -82,8 +112,10 @@ def input_shape(net: Any, path: Path) -> tuple[int, int, int]:
     raise NetError(f"{path} has no 4-D Input layer (N, C, H, W) to take images")
 
 
-def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width: int) -> preprocess.Transform:
-    """The run's TEST transform (or the files' own options), and for a colour net pycaffe's steps."""
+def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width: int,
+               detection: bool = False) -> preprocess.Transform:
+    """The run's TEST transform (or the files' own options), and for a colour net pycaffe's steps (for
+    a detection net, the stretch of the whole image)."""
     pb2 = caffe.proto.caffe_pb2
     scale, mean, crop = 1.0, None, 0
     tp = transform.test_transform(files.run, pb2) if files.run else None
@@ -104,8 +136,30 @@ def _transform(caffe: Any, files: ModelFiles, channels: int, height: int, width:
         raise ConfigError(f"{mean.size} mean values for a net of {channels} channel{'s' if channels > 1 else ''}; give "
                           + ("one" if channels == 1 else f"1 or {channels}"))
     white = files.white_on_black if files.white_on_black is not None else False
+    if detection:
+        return preprocess.Transform(channels, height, width, float(scale), mean, white,
+                                    stretch=_stretch(files, channels))
     colour = _colour(files, channels, height, width, files.train_size if crop else None)
     return preprocess.Transform(channels, height, width, float(scale), mean, white, colour)
+
+
+def _stretch(files: ModelFiles, channels: int) -> preprocess.Stretch:
+    """A detection net's steps: its channel order (checked); pycaffe's crop and raw-scale options refused."""
+    given = [flag for flag, value in {"--raw-scale": files.raw_scale, "--image-dims": files.image_dims,
+                                      "--oversample": files.oversample or None}.items() if value is not None]
+    if given:
+        raise ConfigError(f"a detection net (its output comes from a {DETECTION_OUTPUT} layer) takes the whole "
+                          f"image stretched to its input, in 0-255 pixel values: {', '.join(given)} do not apply; "
+                          "give --mean-values, --scale and --channel-swap")
+    swap = files.channel_swap if files.channel_swap is not None else preprocess.Stretch().channel_swap
+    if channels != 3:
+        if files.channel_swap is not None:
+            raise ConfigError(f"only colour (3-channel) nets take --channel-swap; this net takes {channels} channel(s)")
+        return preprocess.Stretch(None)
+    if sorted(swap) != list(range(channels)):
+        raise ConfigError(f"--channel-swap {','.join(map(str, swap))} is not an order of the net's "
+                          f"{channels} channels (a permutation of 0..{channels - 1})")
+    return preprocess.Stretch(tuple(swap))
 
 
 def _colour(files: ModelFiles, channels: int, height: int, width: int,

@@ -10,6 +10,11 @@ Colour nets (CaffeNet, GoogLeNet, ResNet, one's own) are fed as pycaffe's ``caff
 them (:mod:`.caffeio`): resize to ``image_dims``, the centre crop or ten oversampled crops, channel
 swap, raw scale, mean, input scale — one blob row per crop, whose predictions are averaged.
 
+Detection nets (SSD) are fed as OpenCV's ``dnn`` samples feed them (``blobFromImage``): the whole
+image resized to the input with OpenCV's bilinear ``resize``, neither cropped nor kept to its aspect
+ratio (the boxes come back normalised to the image, so the stretch undoes itself), its 0-255 pixel
+values in the net's channel order, minus the mean, times the scale (:class:`Stretch`).
+
 Nothing is decoded before its header has been read (:mod:`caffetool.data.imageheader`) and found within two
 limits: pixels, which bound the work of every step, and the bytes the decoded array takes, which
 bound memory — a 16-bit RGBA pixel is 8 bytes, a grey one 1. Errors name what is wrong; which HTTP
@@ -61,6 +66,17 @@ class Colour:
 
 
 @dataclass(frozen=True)
+class Stretch:
+    """How a detection net is fed: the whole image stretched to the input (see the module's docstring).
+
+    ``channel_swap`` is the channel order after RGB decoding, as for :class:`Colour`: the default
+    gives BGR, the order of OpenCV's images and of the SSD fork's training data.
+    """
+
+    channel_swap: tuple[int, ...] | None = (2, 1, 0)
+
+
+@dataclass(frozen=True)
 class Transform:
     channels: int
     height: int
@@ -69,6 +85,7 @@ class Transform:
     mean: np.ndarray | None = None  # (C,) per-channel values or (C, H, W) image
     white_on_black: bool = False
     colour: Colour | None = None  # pycaffe's Classifier steps; None: the grey path's OpenCV steps
+    stretch: Stretch | None = None  # a detection net's steps (then ``colour`` is None)
 
 
 @dataclass
@@ -78,6 +95,7 @@ class Prepared:
     inverted: bool
     decode_ms: float
     preprocess_ms: float
+    size: tuple[int, int] = (0, 0)  # (height, width) of the image as decoded: what boxes are scaled to
 
 
 def prepare(data: bytes, t: Transform, max_pixels: int = MAX_PIXELS,
@@ -85,9 +103,10 @@ def prepare(data: bytes, t: Transform, max_pixels: int = MAX_PIXELS,
     start = time.perf_counter()
     image = decode(data, max_pixels, max_decoded_bytes)
     decoded = time.perf_counter()
-    if t.colour is not None:
-        blob, seen = _colour(image, t, t.colour)
-        return Prepared(blob, seen, False, (decoded - start) * 1e3, (time.perf_counter() - decoded) * 1e3)
+    size = (int(image.shape[0]), int(image.shape[1]))
+    if t.colour is not None or t.stretch is not None:
+        blob, seen = _colour(image, t, t.colour) if t.colour is not None else _stretched(image, t, t.stretch)
+        return Prepared(blob, seen, False, (decoded - start) * 1e3, (time.perf_counter() - decoded) * 1e3, size)
     image = _to_channels(_to_uint8(image), t.channels)
     if image.shape[:2] != (t.height, t.width):
         interpolation = cv2.INTER_AREA if image.shape[0] > t.height else cv2.INTER_LINEAR
@@ -100,7 +119,23 @@ def prepare(data: bytes, t: Transform, max_pixels: int = MAX_PIXELS,
         chw -= t.mean.reshape(-1, 1, 1) if t.mean.ndim == 1 else t.mean
     chw *= np.float32(t.scale)
     done = time.perf_counter()
-    return Prepared(chw[None], image, inverted, (decoded - start) * 1e3, (done - decoded) * 1e3)
+    return Prepared(chw[None], image, inverted, (decoded - start) * 1e3, (done - decoded) * 1e3, size)
+
+
+def _stretched(image: np.ndarray, t: Transform, stretch: Stretch) -> tuple[np.ndarray, np.ndarray]:
+    """A detection net's input, as ``cv2.dnn.blobFromImage`` makes it from the image resized to the
+    input: (blob, the resized image as seen). The same float32 operations in the same order as
+    OpenCV's samples, so the blob equals theirs bit for bit."""
+    pixels = _to_channels(_to_uint8(image), t.channels)
+    resized = cv2.resize(pixels, (t.width, t.height), interpolation=cv2.INTER_LINEAR)
+    chw = resized.reshape(t.height, t.width, t.channels).transpose(2, 0, 1).astype(np.float32)
+    if t.channels == 3 and stretch.channel_swap is not None:
+        chw = np.ascontiguousarray(chw[::-1][list(stretch.channel_swap)])  # OpenCV's BGR -> RGB -> the net's order
+    if t.mean is not None:
+        chw -= t.mean.reshape(-1, 1, 1) if t.mean.ndim == 1 else t.mean
+    if t.scale != 1:
+        chw *= np.float32(t.scale)
+    return chw[None], resized
 
 
 def _colour(image: np.ndarray, t: Transform, colour: Colour) -> tuple[np.ndarray, np.ndarray]:

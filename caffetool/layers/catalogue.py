@@ -13,10 +13,12 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from caffetool.layers import convolutions, losses, neurons, normalizing, pooling, recurrent, shaping, sources
+from caffetool.layers import (convolutions, detection, losses, neurons, normalizing, pooling, recurrent, shaping,
+                             sources)
 from caffetool.layers.entry import CAPABILITIES, LayerType, Omitted, Refused, Sourced
 
-FAMILIES: tuple[ModuleType, ...] = (sources, convolutions, pooling, neurons, normalizing, shaping, losses, recurrent)
+FAMILIES: tuple[ModuleType, ...] = (sources, convolutions, pooling, neurons, normalizing, shaping, losses, recurrent,
+                                    detection)
 
 
 def declared(family: ModuleType) -> list[type[LayerType]]:

@@ -25,7 +25,7 @@ class OnnxGraph:
     """Nodes and initializers of one model, in order, with unique names. The element types a
     translation casts to are here too, so the layer catalogue's translations need not import onnx."""
 
-    FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
+    FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
     def __init__(self, opset: int) -> None:
         self.opset = opset

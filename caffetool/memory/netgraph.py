@@ -146,7 +146,8 @@ def build(net: Any, phase: str, input_shape: Shape | None, batch: int | None, te
     phase_id = 0 if phase == "train" else 1
     lines = layer_lines(text)
     level, stages = net.state.level, frozenset(net.state.stage)
-    specs = insert_splits([layer for layer in net.layer if state.included(layer, phase_id, level, stages)],
+    layers = _input_layer(net) + list(net.layer)
+    specs = insert_splits([layer for layer in layers if state.included(layer, phase_id, level, stages)],
                           lambda name: f"{source}:{lines[name]}" if name in lines else source)
     g = Graph([], {})
     current: dict[str, str] = {}  # blob name -> blob id
@@ -178,6 +179,19 @@ def build(net: Any, phase: str, input_shape: Shape | None, batch: int | None, te
             node.inner = build(node.info.inner, "train", None, None, source=f"{source}: layer {node.name!r}",
                                external=node.info.inner_external, setup_diffs=node.info.inner_setup_diffs)
     return g
+
+
+def _input_layer(net: Any) -> list[Any]:
+    """The net's own inputs (``input`` with ``input_shape`` or ``input_dim``, as deploy files of Caffe's
+    first years declare them) as the Input layer named "input" that Caffe's ``UpgradeNetInput`` puts
+    first in the net; none when the net declares none."""
+    if not net.input or not (net.input_shape or net.input_dim):
+        return []
+    layer = type(net)().layer.add(name="input", type="Input", top=list(net.input))
+    for i in range(len(net.input)):
+        dims = net.input_shape[i].dim if net.input_shape else net.input_dim[4 * i:4 * i + 4]
+        layer.input_param.shape.add(dim=list(dims))
+    return [layer]
 
 
 def _node(spec: _Spec, phase: str, input_shape: Shape | None, batch: int | None, g: Graph,

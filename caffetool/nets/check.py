@@ -147,7 +147,10 @@ def main() -> None:
         solver = caffe.get_solver(args.solver)
         report["train"] = summary(solver.net)
         report["test"] = [summary(net) for net in solver.test_nets]
-    deploy = {d: caffe.Net(d, caffe.TEST) for d in args.deploy}
+    try:
+        deploy = {d: caffe.Net(d, caffe.TEST) for d in args.deploy}
+    except getattr(caffe, "NetDefinitionError", ()) as e:  # pycaffe's own check of a net it cannot build
+        _refuse(str(e))
     if args.weights:
         source, why = weights.read(Path(args.weights), caffe.proto.caffe_pb2)
         report["fresh"] = []

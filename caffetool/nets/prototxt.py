@@ -2,7 +2,9 @@
 
 Everything read here is a net or solver description, so every refusal is a :class:`NetError`
 naming the file: one that cannot be read, is not text (a binary file given as ``--net``), holds
-nothing, or does not parse. Writing goes through :func:`caffetool.fsio.write_atomic`.
+nothing, or does not parse. A net written for another fork of Caffe (a layer type, parameter field or
+Python layer the engine lacks) is refused as such by :mod:`caffetool.nets.forks`, naming the layer,
+its type and the fork, whichever task reads it. Writing goes through :func:`caffetool.fsio.write_atomic`.
 """
 
 from __future__ import annotations
@@ -14,20 +16,26 @@ from typing import TypeVar
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-from caffetool.errors import NetError
+from caffetool.errors import NetError, UnsupportedLayer
+from caffetool.nets import forks
 
 M = TypeVar("M", bound=Message)
 
 
 def parse(text: str, message: M, where: str) -> M:
-    """Parse ``text`` into ``message``; a syntax error names ``where``, line and column."""
+    """Parse ``text`` into ``message``; a syntax error names ``where``, line and column, and a layer
+    of another fork is named with its type and the fork (:mod:`caffetool.nets.forks`)."""
     try:
-        return text_format.Parse(text, message)
+        text_format.Parse(text, message)
     except text_format.ParseError as e:
+        if (refusal := forks.unknown_field(e, text, where, message)) is not None:
+            raise refusal from None
         line, column = e.GetLine(), e.GetColumn()
         detail = str(e).split(" : ", 1)[-1] if " : " in str(e) else str(e)
         at = f"{where}:{line}:{column}" if line else where
         raise NetError(f"{at}: {detail}") from None
+    forks.check(message, text, where)
+    return message
 
 
 # Caffe's two kinds of prototxt, by message name: a file of the other kind is named as such.
@@ -40,6 +48,8 @@ def read(path: Path, message: M, flag: str | None = None) -> M:
     text = read_text(path)
     try:
         return parse(text, message, str(path))
+    except UnsupportedLayer:
+        raise  # a net of another fork, read as a net: nothing to say about the kind of file
     except NetError:
         wanted = KINDS.get(type(message).__name__)
         for name, kind in KINDS.items():

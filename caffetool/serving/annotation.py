@@ -1,4 +1,5 @@
-"""Copies of classified images with the predicted label and probability drawn by OpenCV."""
+"""Copies of images with what the model found drawn by OpenCV: a classifier's label and probability
+in the corner, or a detector's boxes, each with its label and score."""
 
 from __future__ import annotations
 
@@ -28,4 +29,29 @@ def annotate(data: bytes, label: str, prob: float, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not cv2.imwrite(str(out), image):
         raise ImageError(f"could not write the annotated copy {out}")
+    return out
+
+
+BOX_COLOUR = (0, 200, 0)  # BGR
+
+
+def draw_detections(image: np.ndarray, detections: list[dict]) -> np.ndarray:
+    """A copy of ``image`` (BGR, as decoded) with each detection's pixel box outlined and "label score"
+    written on a filled strip just above it (inside the box where the image has no room above);
+    nothing else in the image changes, and its size stays."""
+    out = image.copy()
+    height, width = out.shape[:2]
+    thickness = max(2, round(max(height, width) / 400))
+    scale = max(0.45, max(height, width) / 1000)
+    for d in detections:
+        box = d["box"]
+        x1, y1 = int(round(box["xmin"])), int(round(box["ymin"]))
+        x2, y2 = int(round(box["xmax"])), int(round(box["ymax"]))
+        cv2.rectangle(out, (x1, y1), (x2, y2), BOX_COLOUR, thickness)
+        text = f"{d['label']} {d['confidence']:.3f}"
+        (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
+        top = y1 - h - base - 4 if y1 - h - base - 4 >= 0 else max(y1, 0)
+        left = min(max(x1, 0), max(width - w - 4, 0))
+        cv2.rectangle(out, (left, top), (left + w + 4, top + h + base + 4), BOX_COLOUR, -1)
+        cv2.putText(out, text, (left + 2, top + h + 2), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 1, cv2.LINE_AA)
     return out

@@ -19,6 +19,7 @@ from caffetool.runpage import examples
 from caffetool.runpage.runview import RunView
 from caffetool.serving.batcher import Batcher, Batching
 from caffetool.serving.classifier import Classifier
+from caffetool.serving.detector import Detector
 from caffetool.serving.telemetry import ServerMetrics
 
 DEFAULT_VERSION = "1"
@@ -31,18 +32,18 @@ class NoSuchModel(ConfigError):
 
 @dataclass(frozen=True)
 class ServedModel:
-    """A classifier as served: under ``name``, version ``version``."""
+    """A model (a classifier, or a detector) as served: under ``name``, version ``version``."""
 
     name: str
     version: str
-    classifier: Classifier
+    model: Classifier | Detector
 
 
 @dataclass
 class Served:
     name: str
     version: str
-    classifier: Classifier
+    model: Classifier | Detector
     batcher: Batcher
     run: RunView | None
     test_set: examples.ExampleSet | None
@@ -59,14 +60,14 @@ class Catalog:
         self.served: dict[tuple[str, str], Served] = {}
         several = len(models) > 1
         for m in models:
-            observer = metrics.observer(m.name, m.version, m.classifier.load_seconds)
-            run_dir = m.classifier.files.run if m.classifier.files else None
-            no_run = (f"{m.name} version {m.version} is an ONNX export, not a run" if m.classifier.backend ==
+            observer = metrics.observer(m.name, m.version, m.model.load_seconds)
+            run_dir = m.model.files.run if m.model.files else None
+            no_run = (f"{m.name} version {m.version} is an ONNX export, not a run" if m.model.backend ==
                       "onnxruntime" and run_dir is None else NO_RUN)
             test_set, why = _examples(run_dir, caffe_pb2, no_run)
             query = choice(m.name, m.version) if several else ""
             self.served[(m.name, m.version)] = Served(
-                m.name, m.version, m.classifier, Batcher.of(m.classifier.rows, batching, observer),
+                m.name, m.version, m.model, Batcher.of(m.model.rows, batching, observer),
                 RunView(Path(run_dir), query) if run_dir else None, test_set, why, no_run, query)
         self.names = list(dict.fromkeys(name for name, _ in self.served))
 
@@ -87,7 +88,7 @@ class Catalog:
 
     def listing(self) -> list[dict]:
         """Each model with its versions and how it runs, for the page."""
-        return [{"name": name, "versions": self.versions(name), "backend": self.get(name).classifier.backend}
+        return [{"name": name, "versions": self.versions(name), "backend": self.get(name).model.backend}
                 for name in self.names]
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from caffetool.backends import dispatch
 from caffetool.backends.devices import CPU, PycaffeDevice
 from caffetool.engine import EngineInfo, import_caffe
 from caffetool.errors import ConfigError, NetError, RunError
-from caffetool.inference import preprocess
+from caffetool.inference import modelfiles, preprocess
 from caffetool.inference.modelfiles import ModelFiles, input_shape, transform_of
 from caffetool.nets import check, prototxt
 from caffetool.runs import labelfile
@@ -40,6 +40,10 @@ class UnknownLayer(ConfigError):
 
 class NoVisualizations(ConfigError):
     """Visualizations asked of a model that cannot show them (OpenCV backend, no 4-D layer)."""
+
+
+class NotAClassifier(ConfigError):
+    """A detection model given where a classifier is needed."""
 
 
 @dataclass
@@ -57,10 +61,12 @@ class Classifier:
     _filters_png: bytes | None = None
     blobs: tuple[str, str] = ("data", "prob")  # the deploy net's input and output blob names
     load_seconds: float | None = None  # loading and checking the model took
+    kind: ClassVar[str] = "classification"  # what the server answers for it (a detector's is "detection")
 
     def describe(self) -> dict:
         t = self.transform
-        described = {"name": self.name, "backend": self.backend, "input_shape": [1, t.channels, t.height, t.width],
+        described = {"name": self.name, "kind": self.kind, "backend": self.backend,
+                     "input_shape": [1, t.channels, t.height, t.width],
                      "classes": self.labels, "run": str(self.files.run) if self.files.run else None,
                      "weights": str(self.files.weights), "scale": t.scale, "white_on_black": t.white_on_black,
                      "colour": None}
@@ -144,12 +150,6 @@ class Classifier:
                 "filters_shape": list(self._net.params[conv][0].data.shape) if conv else None}
 
 
-def _input_name(deploy: Any) -> str:
-    """The deploy net's image input: its Input layer's top, or the legacy ``input`` field."""
-    tops = [layer.top[0] for layer in deploy.layer if layer.type == "Input" and layer.top]
-    return tops[0] if tops else (deploy.input[0] if deploy.input else "data")
-
-
 def _shown_layers(net: Any) -> dict[str, str]:
     """Layer name → top blob, in order, for the layers that make a new 4-D blob. Not listed: in-place
     layers (ReLU), which share their input's blob; Input layers, which hold the image itself; and the
@@ -186,7 +186,11 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     pb = caffe.proto.caffe_pb2
     deploy = prototxt.read(files.deploy, pb.NetParameter())
     channels, height, width = input_shape(deploy, files.deploy)
-    output = deploy.layer[-1].top[0] if deploy.layer else "prob"
+    if modelfiles.is_detection(deploy):
+        raise NotAClassifier(f"{files.deploy} is a detection model (its output comes from a "
+                             f"{modelfiles.DETECTION_OUTPUT} layer): find its boxes with `caffetool demo.detect`, or "
+                             "serve it with `caffetool demo.serve`")
+    output = modelfiles.output_blob(deploy)
     if validate:  # a corrupt file aborts Caffe: let that happen in a child, not in the server
         check.validate(engine, files.deploy.parent, deploy=[files.deploy.name], weights=str(files.weights.absolute()))
     labels = None if unnamed else labelfile.read(files.labels)
@@ -204,4 +208,5 @@ def load(engine: EngineInfo, files: ModelFiles, backend: str = "caffe", validate
     name = files.run.name if files.run else files.weights.stem
     return Classifier(name, row.name, transform, labels, files, _forward=forward,
                       _net=model.net if row.activations else None,
-                      blobs=(_input_name(deploy), output), load_seconds=round(time.perf_counter() - started, 3))
+                      blobs=(modelfiles.input_blob(deploy), output),
+                      load_seconds=round(time.perf_counter() - started, 3))

@@ -24,7 +24,7 @@ from caffetool.engine import EngineInfo
 from caffetool.errors import CaffetoolError, ConfigError
 from caffetool.inference import modelfiles
 from caffetool.runs.folder import NAMES, RunFolder
-from caffetool.serving import classifier
+from caffetool.serving import detector
 from caffetool.serving.catalog import ServedModel
 
 ONNX_MODEL = "model.onnx"  # Triton's name for an onnxruntime model in NAME/N/, and that of a run's ONNX export
@@ -85,7 +85,7 @@ def load(engine: EngineInfo, root: Path, backend: str = "caffe", device: Pycaffe
                 model = onnxmodel.load(entry.path / ONNX_MODEL, entry.name)
             else:
                 files = modelfiles.from_run(entry.path)
-                model = classifier.load(engine, files, backend, validate, device)
+                model = detector.load_model(engine, files, backend, validate, device)
                 model.name = entry.name
         except CaffetoolError as e:
             refused.append(type(e)(f"model {entry.name} version {entry.version}: {e}"))

@@ -1,4 +1,5 @@
-"""``caffetool demo.*``: serve a trained model over HTTP, or classify images from the command line."""
+"""``caffetool demo.*``: serve a trained model over HTTP, classify images from the command line, or find
+objects in them with a detection model (SSD)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from caffetool.engine import EngineInfo, locate
 from caffetool.errors import ConfigError, ImageError, RunError
 from caffetool.inference import modelfiles
 from caffetool.runs import labelfile, runrecord, snapshots
-from caffetool.serving import classifier
+from caffetool.serving import classifier, detector
 from caffetool.serving.batcher import Batching
 from caffetool.tasks._common import pick, task
 
@@ -39,6 +40,8 @@ WORKERS = Limit("a number of server processes", 1, 64, kind=int)
 BATCH = Limit("a batch size", 1, 4096, kind=int)
 DELAY_US = Limit("a delay in microseconds", 0, 10_000_000, kind=int)
 QUEUE = Limit("a number of queued images", 1, 1_000_000, kind=int)
+THRESHOLD = Limit("a confidence threshold", 0, 1)
+DETECTED = "detections"  # demo.detect's folder when --out is not given
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,11 @@ def serve(c: Context, run: str | None = None, deploy: str | None = None, weights
     device = devices.for_pycaffe(engine, gpu)
     if model_repository and (run or deploy or weights):
         raise ConfigError("give --model-repository DIR or one model (--run, --deploy, --weights), not both")
+    # a detection net names its classes without a labels file ("class N"); the net is read only when
+    # none is given, so the options' own errors come first
+    need_labels = bool(labels) or not (deploy and detector.detects(engine, input_file(deploy, "--deploy")))
     source = Path(model_repository).expanduser() if model_repository else \
-        model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour)
+        model_files(c, run, deploy, weights, labels, mean, scale, runs_dir, colour, need_labels=need_labels)
     batching = Batching(bounded(max_batch, "--max-batch", BATCH), bounded(max_queue_delay_us, "--max-queue-delay-us",
                                                                            DELAY_US) / 1e6,
                         bounded(max_queue, "--max-queue", QUEUE))
@@ -251,4 +257,37 @@ def image_files(spec: str) -> list[Path]:
     return paths
 
 
-ns = Collection("demo", serve, classify)
+@task(positional=["images"], help={
+    **{k: MODEL_HELP[k] for k in ("deploy", "weights", "mean", "scale", "backend", "mean_values", "channel_swap")},
+    "images": "image files, comma-separated, or a folder (`caffetool demo.detect A.png B.png` takes them as words)",
+    "labels": "a file of class names, one a line from label 0 (default: labels shown as 'class N')",
+    "out": f"folder for IMAGE-detected.png copies, detections.csv and detections.json (default: {DETECTED})",
+    "threshold": "the lowest confidence of a box kept, 0 to 1 (default 0.5)",
+    "gpu": "cpu (default), auto or one GPU id: where the caffe or pytorch backend runs the model"})
+def detect(c: Context, images: str, deploy: str | None = None, weights: str | None = None, labels: str | None = None,
+           mean: str | None = None, scale: str | None = None, backend: str = "caffe", out: str = DETECTED,
+           threshold: str = str(detector.DEFAULT_THRESHOLD), mean_values: str | None = None,
+           channel_swap: str | None = None, gpu: str = "cpu") -> None:
+    """Find objects in images with a detection model (SSD): copies with the boxes drawn, detections.csv
+    and detections.json; one line per image."""
+    from caffetool.serving import detections  # noqa: PLC0415 - only for this command
+
+    cutoff = bounded(threshold, "--threshold", THRESHOLD)
+    engine_kind = choose(backend, dispatch.BACKENDS, "--backend")
+    if not deploy:
+        raise ConfigError("demo.detect needs the detection net's files: --deploy DEPLOY.prototxt --weights "
+                          "MODEL.caffemodel (and --mean-values, --scale as the net was trained)")
+    folder = writable_folder(out, "--out")
+    paths = detections.checked_images(image_files(images))
+    engine = locate(c.engine.prefix, probe=False, gpus=gpu.strip().lower() != "cpu")
+    device = devices.for_pycaffe(engine, gpu)
+    files = model_files(c, None, deploy, weights, labels, mean, scale, None,
+                        ColourFlags(mean_values, channel_swap), need_labels=False)
+    model = detector.load(engine, files, engine_kind, device=device)
+    found = detections.detect_all(model, paths, cutoff, folder, print)
+    boxes = sum(len(item.result["detections"]) for item in found)
+    print(f"{boxes} box(es) in {len(found)} image(s) at or above {cutoff:g}: {folder}/ holds the annotated copies, "
+          f"{detections.CSV_NAME} and {detections.JSON_NAME}")
+
+
+ns = Collection("demo", serve, classify, detect)

@@ -33,8 +33,8 @@ HELP = {
     "mean": MODEL_HELP["mean"], "mean_values": MODEL_HELP["mean_values"], "scale": MODEL_HELP["scale"],
     "channel_swap": MODEL_HELP["channel_swap"], "raw_scale": MODEL_HELP["raw_scale"],
     "image_dims": MODEL_HELP["image_dims"],
-    "with_preprocessing": "the graph takes images (N x H x W x C in [0, 1]) and does the mean, scale and "
-                          "channel order itself (ONNX only)",
+    "with_preprocessing": "the graph takes images (N x H x W x C in [0, 1]; a detection net's 0-255, resized) and "
+                          "does the mean, scale and channel order itself (ONNX only)",
     "tolerance": "largest error allowed per layer, relative to the blob's scale (default 1e-4)",
     "images": "how many images to verify on (default: the run's first 10,000 test images, else 16 drawn)",
     "runs_dir": "where runs are",
