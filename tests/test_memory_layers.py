@@ -207,9 +207,11 @@ def calibration_net(layers: int) -> str:
     return text + classify(f"c{layers}", classes=2).replace('"fc"', '"ip"').replace('bottom: "ip"', 'bottom: "ip"')
 
 
-# benchmarks/RESULTS.md ("1, 4 and 16 convolutions of 8 channels", NVML on an H100, raw record
-# benchmarks/gpu/h100-memory.json): device memory over the one-layer baseline net, cuDNN on, on an
-# engine with BVLC's cuDNN layers (each convolution its own handles and workspace: a stock engine).
+# Device memory over the one-layer baseline net, cuDNN on, on an engine with BVLC's cuDNN layers (each
+# convolution its own handles and workspace: a stock engine), as the H100 session of 2026-11-22
+# reported it. No record of these three figures is kept: benchmarks/gpu/h100-memory.json holds these
+# runs as crashes (CUDNN_STATUS_INTERNAL_ERROR in Backward_gpu); the GPU proof's memory step measures
+# the stock engine again.
 MEASURED_MIB = {1: 30.0, 4: 114.0, 16: 448.0}
 
 
