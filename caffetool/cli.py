@@ -21,11 +21,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from invoke import Program
+from invoke import Config, Program
 from invoke.exceptions import ParseError
 
 from caffetool import __version__
 from caffetool.tasks import check_project_settings, check_runtime_settings, ns
+
+
+class CaffetoolConfig(Config):
+    """Invoke's ``Config``, which also runs where the home folder is not a folder."""
+
+    def load_user(self, merge: bool = True) -> None:
+        """``~/.invoke.yaml``, where there can be one: a home that is a file (a service's
+        ``HOME=/dev/null``) holds none, and Invoke would stop on "Not a directory" reading under it."""
+        if Path("~").expanduser().is_dir():
+            super().load_user(merge)
 
 
 class CaffetoolProgram(Program):
@@ -144,7 +154,8 @@ def _as_error() -> Iterator[None]:
         raise ParseError(f"Error: {e}", e.context) from None
 
 
-program = CaffetoolProgram(name="caffetool", binary="caffetool", namespace=ns, version=__version__)
+program = CaffetoolProgram(name="caffetool", binary="caffetool", namespace=ns, version=__version__,
+                           config_class=CaffetoolConfig)
 
 
 def main() -> None:

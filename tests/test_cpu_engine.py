@@ -181,10 +181,10 @@ def test_the_engine_runs_the_kernels_chosen_for_this_cpu(engine):
 
 def test_thread_counts_come_from_the_flag_then_the_environment_then_the_cpu_share():
     env: dict[str, str] = {}
-    assert cpu_threads.apply(3, env) == 3 and all(env[name] == "3" for name in cpu_threads.VARIABLES)
+    assert cpu_threads.apply(1, env) == 1 and all(env[name] == "1" for name in cpu_threads.VARIABLES)
     assert env[cpu_threads.ADAPT] == "0" and not cpu_threads.adaptive(env)  # --threads: fixed
-    env = {"OMP_NUM_THREADS": "5"}
-    assert cpu_threads.apply(None, env) == 5 and env["OPENBLAS_NUM_THREADS"] == "5"  # a sweep trial's setting
+    env = {"OMP_NUM_THREADS": "1"}
+    assert cpu_threads.apply(None, env) == 1 and env["OPENBLAS_NUM_THREADS"] == "1"  # a sweep trial's setting
     assert not cpu_threads.adaptive(env)
     env = {"OMP_NUM_THREADS": "junk"}
     assert cpu_threads.apply(None, env) == cpu_threads.budget() and cpu_threads.adaptive(env)

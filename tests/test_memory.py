@@ -364,3 +364,41 @@ def test_fit_says_when_no_batch_fits(caffe):
     assert f.largest_batch == 0 and not any("iter_size" in c.name for c in f.changes)
     assert table.fit_lines("vgg16", "300MiB", options, f)[1] == (
         "  no batch fits: even batch 1 needs more than the 300.0 MiB available")
+
+
+def test_a_measurement_past_the_memory_available_is_refused_with_the_batch_that_fits(caffe):
+    source = netsource.load(caffe, "lenet", None, None, None, batch=64)
+    options = estimator.Options(input_shape=source.input_shape, batch=64)
+    measuring.check_room(source.net, estimator.estimate(source.net, options), available=2**30)  # 64.5 MiB: room
+    big = replace(options, batch=10_000)
+    source = netsource.load(caffe, "lenet", None, None, None, batch=10_000)
+    e = estimator.estimate(source.net, big)
+    with pytest.raises(ConfigError) as refused:
+        measuring.check_room(source.net, e, available=2**30)
+    fits = int(re.search(r"--batch-size (\d+) or less", str(refused.value)).group(1))
+    assert str(refused.value) == (f"measuring batch 10000 needs about {e.total / 2**30:,.1f} GiB by the estimate, "
+                                  "and this machine has 1.0 GiB available (0.8 GiB, 80% of it, to give a "
+                                  f"measurement): measure with --batch-size {fits} or less (nothing was run)")
+    budget = int(0.8 * 2**30)  # the largest batch within it, not merely one that fits
+    assert estimator.estimate(source.net, replace(big, batch=fits)).total <= budget
+    assert estimator.estimate(source.net, replace(big, batch=fits + 1)).total > budget
+    measuring.check_room(source.net, replace(e, options=replace(big, mode="gpu")), available=2**30)  # the card's
+
+
+def test_memory_measure_refuses_a_batch_past_any_machines_memory_before_caffe_runs(tmp_path):
+    """100 ReLUs of a megapixel each: 771 MiB a sample, 1.5 TiB at batch 2,000 (every blob within
+    Caffe's limit, so only the memory can refuse it)."""
+    layers = ['layer { name: "in" type: "Input" top: "data" top: "label" input_param { shape { dim: 1 dim: 1 '
+              'dim: 1000 dim: 1000 } shape { dim: 1 } } }']
+    for i in range(100):
+        layers.append(f'layer {{ name: "r{i}" type: "ReLU" bottom: "{"data" if i == 0 else f"r{i - 1}"}" top: "r{i}" }}')
+    layers += ['layer { name: "ip" type: "InnerProduct" bottom: "r99" top: "ip" inner_product_param { num_output: 2 } }',
+               'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }']
+    net = tmp_path / "wide.prototxt"
+    net.write_text("\n".join(layers))
+    done = invoke("memory.measure", "--net", str(net), "--batch-size", "2000")
+    assert done.returncode == 1, done
+    assert re.fullmatch(r"Error: measuring batch 2000 needs about 1,505\.0 GiB by the estimate, and this machine has "
+                        r"[\d,.]+ GiB available \([\d,.]+ GiB, 80% of it, to give a measurement\): measure with "
+                        r"--batch-size \d+ or less \(nothing was run\)\n", done.stderr), done.stderr
+    assert "Check failed" not in done.stdout + done.stderr and done.stdout == ""

@@ -54,6 +54,7 @@ RUN_MODEL = "model"  # a run's export, with its format's suffix: RUN/export/mode
 LEGACY_RECORD = "export.json"  # one record per folder, as earlier versions wrote it
 RUN_IMAGES, DRAWN_IMAGES = 10_000, 16  # verified on, by default
 VERIFY_BATCH = 50
+CHECK_SECONDS = 300.0  # export.check: loading a model file that is code, or one batch of it (a net takes far less)
 
 
 @dataclass
@@ -399,10 +400,13 @@ def _write(request: ExportRequest, contents: dict[Path, bytes], record: dict) ->
 
 
 def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, tolerance: float,
-          images: int | None, say: Callable[[str], None] = print) -> verify.Verification:
-    """``export.check``: an existing model against Caffe again, layer by layer, on the same inputs as
-    an export (its tensors carry Caffe's blob names, as caffetool's exports do; a PyTorch export's
-    attributes are named after Caffe's layers), read and run as its format writes it."""
+          images: int | None, say: Callable[[str], None] = print, seconds: float = CHECK_SECONDS
+          ) -> verify.Verification:
+    """``export.check``: an existing model against Caffe again, layer by layer and as its caller gets
+    its outputs, on the same inputs as an export (its tensors carry Caffe's blob names, as caffetool's
+    exports do; a PyTorch export's attributes are named after Caffe's layers), read and run as its
+    format writes it. A format whose file is code (a PyTorch ``model.py``) runs in a child process,
+    each step within ``seconds``."""
     form = formats.of_file(model_path)
     _need_extra(form)
     written = form.read(model_path)
@@ -412,8 +416,10 @@ def check(engine: EngineInfo, model_path: Path, files: modelfiles.ModelFiles, to
     caffe_input, model_input = _io_names(converted, request.with_preprocessing)
     p = _preprocessing(caffe, files, net_param, model_input)
     source, feeds = _feeds(caffe, files, converted, net_param, p, caffe_input, model_input, request)
-    result = verify.verify(net, converted, feeds, tolerance, request.batch, source,
-                           form.runner(written, converted, str(model_path)))
+    running = (form.checked(written, converted, model_path, seconds) if form.checked
+               else contextlib.nullcontext(form.runner(written, converted, str(model_path))))
+    with running as run:
+        result = verify.verify(net, converted, feeds, tolerance, request.batch, source, run)
     _reported(result, say, f"{model_path}: ", writing=False)
     return result
 
@@ -428,6 +434,12 @@ def _reported(result: verify.Verification, say: Callable[[str], None], where: st
     if past is None:
         return
     unwritten = ": no model was written" if writing else ""
+    if past.type == verify.RETURNED:  # the layers agree; what the model hands its caller does not
+        differs = (f": {past.mismatch}" if past.mismatch else
+                   f" by {past.rel:.3g} of its scale, past the tolerance of {result.tolerance:g}"
+                   if past.max_abs < float("inf") else " in its shape or in values that are not finite")
+        raise ExportError(f"{where}every layer agrees with Caffe, but the model's output {past.blob!r} as its caller "
+                          f"gets it (what forward returns) differs from Caffe's{differs}{unwritten}")
     if past.failed:
         raise ExportError(f"{where}layer {past.layer!r} ({past.type}) gives {past.non_finite:,} values that are not "
                           "finite (NaN or infinity) in Caffe itself, from finite inputs (weights that overflow "

@@ -12,6 +12,7 @@ functions for the bytes to write, the verification's runner and the record.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,9 @@ class ExportFormat:
     ready: Callable[[ExportRequest], None] = _nothing_to_refuse  # the request's options refused before any work
     check_name: Callable[[Path], None] = _nothing_to_refuse  # a model file name the format cannot use, refused
     stem_of: Callable[[str], str] = _same  # the default model file's stem, from the weights'
+    # how export.check runs a model file whose running executes it (Python): in a child, each step within
+    # the seconds given; None: in this process, by ``runner``
+    checked: Callable[[Any, Conversion, Path, float], AbstractContextManager[Run]] | None = None
 
 
 FORMATS: dict[str, ExportFormat] = {f.name: f for f in (
@@ -86,7 +90,7 @@ FORMATS: dict[str, ExportFormat] = {f.name: f for f in (
         refusals=torchnet.refusals, check_name=torchformat.check_name, stem_of=torchnet.module_name,
         convert=torchformat.convert, finish=torchformat.finish, contents=torchformat.contents,
         runner=torchformat.runner, record=torchformat.record, read=torchformat.read,
-        reconvert=torchformat.reconvert),
+        reconvert=torchformat.reconvert, checked=torchformat.checked),
 )}
 DEFAULT = FORMATS[DEFAULT_FORMAT]
 

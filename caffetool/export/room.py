@@ -17,14 +17,7 @@ from typing import Any
 
 from caffetool.errors import CaffetoolError, ExportError
 from caffetool.memory import estimator
-
-SHARE = 0.8  # of the memory available now (MemAvailable) that a verification may take
-
-
-def available_bytes() -> int:
-    import psutil
-
-    return int(psutil.virtual_memory().available)
+from caffetool.memory.headroom import SHARE, available_bytes
 
 
 def need(net_param: Any, batch: int) -> float | None:

@@ -3,11 +3,16 @@ layers need that PyTorch lacks, and ``load()``.
 
 The file imports only ``torch``: a user reads it, edits it and trains on with it without caffetool.
 Its small modules are written out here as data (:data:`HELPERS`), each only where a layer uses it.
+Nothing the net names is pasted into the text as it is: its strings are written as Python literals
+(the docstring escaped, so quotes or a backslash in a net's name stay text) and its numbers so that any
+value reads back as itself (``float('inf')``, ``float('nan')``).
 """
 
 from __future__ import annotations
 
+import io
 import textwrap
+import tokenize
 from dataclasses import dataclass
 
 
@@ -294,6 +299,31 @@ class DetectionOutput(nn.Module):
 ''',
 }
 USES_FUNCTIONAL = {"WithinChannelLRN"}
+MODULE_NAMES = {"annotations", "Path", "torch", "F", "nn", "load", "float"}  # what model.py's top level names
+NOT_NUMBERS = {"inf": "float('inf')", "nan": "float('nan')"}  # Python's repr of a float that is no literal
+
+
+def docstring(text: str) -> str:
+    """``text`` as a triple-quoted literal that reads back as exactly ``text``: backslashes, quotes and
+    characters that are not printable (but the newline) escaped."""
+    escaped = "".join(ch if ch == "\n" or (ch.isprintable() and ch not in '\\"') else
+                      "\\" + ch if ch in '\\"' else repr(ch)[1:-1] for ch in text)
+    return f'"""{escaped}"""'
+
+
+def numbers_as_literals(expression: str) -> str:
+    """``expression`` (a constructor a translation wrote, floats by their repr) with each ``inf`` and
+    ``nan`` written as a call that gives that value: a bare ``inf`` is no Python literal (a string
+    that holds the word is a string token, and stays)."""
+    lines = expression.splitlines(keepends=True)
+    offsets = [sum(len(line) for line in lines[:k]) for k in range(len(lines) + 1)]
+    out, at = [], 0
+    for t in tokenize.generate_tokens(io.StringIO(expression).readline):
+        if t.type == tokenize.NAME and t.string in NOT_NUMBERS:
+            begin, end = offsets[t.start[0] - 1] + t.start[1], offsets[t.end[0] - 1] + t.end[1]
+            out += [expression[at:begin], NOT_NUMBERS[t.string]]
+            at = end
+    return "".join([*out, expression[at:]])
 
 
 @dataclass(frozen=True)
@@ -315,13 +345,14 @@ def source(class_name: str, about: str, attributes: list[Attribute], inputs: dic
     ``load``; ``inputs`` maps each ``forward`` argument to its shape, as the docstring says it."""
     uses = sorted(helpers, key=list(HELPERS).index)
     shapes = ", ".join(f"{name} {shape}" for name, shape in inputs.items())
-    out = [f'"""{textwrap.fill(about, 100)}' if about else '"""', "",
-           "One attribute per Caffe layer, named after it; forward runs them in the deploy net's order (an",
-           "in-place Caffe layer rebinds its blob's name). Call load() for the model with its weights, in eval",
-           "mode as Caffe's deploy net runs:", "",
-           f"    model = load()  # the weights in {weights_name}, beside this file",
-           f"    {', '.join(returns)} = model({', '.join(inputs)})", "",
-           f"Inputs: {shapes} (N: any batch).", '"""', "",
+    text = "\n".join([*([textwrap.fill(about, 100), ""] if about else []),
+                      "One attribute per Caffe layer, named after it; forward runs them in the deploy net's order (an",
+                      "in-place Caffe layer rebinds its blob's name). Call load() for the model with its weights, in "
+                      "eval", "mode as Caffe's deploy net runs:", "",
+                      f"    model = load()  # the weights in {weights_name}, beside this file",
+                      f"    {', '.join(returns)} = model({', '.join(inputs)})", "",
+                      f"Inputs: {shapes} (N: any batch).", ""])
+    out = [docstring(text), "",
            "from __future__ import annotations", "", "from pathlib import Path", "", "import torch",
            *(["import torch.nn.functional as F"] if USES_FUNCTIONAL & set(uses) else []),
            "from torch import nn", "", "",
@@ -329,7 +360,7 @@ def source(class_name: str, about: str, attributes: list[Attribute], inputs: dic
            "    def __init__(self) -> None:", "        super().__init__()"]
     for a in attributes:
         named = "" if a.name == a.layer else f"  # Caffe layer {a.layer!r}"
-        out.append(f"        self.{a.name} = {a.build}{named}")
+        out.append(f"        self.{a.name} = {numbers_as_literals(a.build)}{named}")
     result = "torch.Tensor" if len(returns) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(returns))}]"
     out += ["", f"    def forward(self, {', '.join(f'{name}: torch.Tensor' for name in inputs)}) -> {result}:"]
     out += [f"        {', '.join(s.tops)} = {s.call}" for s in steps]
@@ -340,7 +371,7 @@ def source(class_name: str, about: str, attributes: list[Attribute], inputs: dic
     out += ["", f"def load(weights: str | Path | None = None, map_location: str = \"cpu\") -> {class_name}:",
             f'    """The model with its weights ({weights_name} beside this file unless given), in eval mode."""',
             f"    model = {class_name}()",
-            f"    path = weights if weights is not None else Path(__file__).with_name(\"{weights_name}\")",
+            f"    path = weights if weights is not None else Path(__file__).with_name({weights_name!r})",
             "    model.load_state_dict(torch.load(path, map_location=map_location, weights_only=True))",
             "    return model.eval()", ""]
     return "\n".join(out)

@@ -1,20 +1,23 @@
 """The PyTorch export format: ``model.py`` (one ``nn.Module``, :mod:`.torchnet`) and its weights
 ``model.pt`` beside it, verified as the very text and bytes written. The module takes any batch and
 leaves the preprocessing to its caller, so it has none of the ONNX export's options; its name must
-be one Python can import. ``export.check`` reads both files back and runs them as written.
+be one Python can import and must not hide a module Python already finds. ``export.check`` reads
+both files back and runs them as written; running a ``model.py`` executes it, so the check does that
+in a child process within a time limit (:mod:`.torchchild`).
 
 Its row in :data:`.formats.FORMATS` names these functions; :mod:`.exporter` calls them.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from caffetool import __version__
 from caffetool.errors import ConfigError, ExportError
-from caffetool.export import preprocessing, torchnet, verify
+from caffetool.export import preprocessing, torchchild, torchnet, verify
 
 if TYPE_CHECKING:
     from caffetool.export.request import ExportRequest
@@ -32,9 +35,15 @@ class ModuleAndWeights:
 
 
 def check_name(out: Path) -> None:
-    """Refuse a model file Python cannot import by its name."""
+    """Refuse a model file Python cannot import by its name, or one that would hide a module Python
+    already finds (``torch.py``: ``import torch`` beside it, in the model or in PyTorch, loads it)."""
     if not torchnet.importable(out.stem):
         raise ConfigError(f"--out {out}: {out.stem!r} is not a name Python can import; choose one such as "
+                          f"{torchnet.module_name(out.stem)}{out.suffix} (nothing was changed)")
+    if torchnet.shadowed(out.stem):
+        raise ConfigError(f"--out {out}: {out.stem!r} is the name of a module Python already imports (the model "
+                          f"imports torch, and torch the standard library and more), which {out.name} would hide "
+                          f"from any program run beside it; choose another name, such as "
                           f"{torchnet.module_name(out.stem)}{out.suffix} (nothing was changed)")
 
 
@@ -63,6 +72,14 @@ def contents(written: ModuleAndWeights, out: Path) -> dict[Path, bytes]:
 
 def runner(written: ModuleAndWeights, converted: torchnet.TorchConverted, filename: str) -> verify.Run:
     return torchnet.runner(written.source, written.weights, converted, filename)
+
+
+def checked(_written: ModuleAndWeights, converted: torchnet.TorchConverted, path: Path,
+            seconds: float) -> AbstractContextManager[verify.Run]:
+    """``export.check``'s runner: the file at ``path`` and its weights run in a child process, each
+    step within ``seconds``."""
+    return torchchild.checked(path, weights_of(path), converted.class_name, list(converted.inputs),
+                              torchnet.layer_outputs(converted), converted.outputs, seconds)
 
 
 def record(_written: ModuleAndWeights, converted: torchnet.TorchConverted, labels: list[str] | None,

@@ -3,19 +3,29 @@
 
 As in :mod:`.onnxnet`, the layers are those Caffe itself kept (``include``/``exclude`` applied; the
 Split layers it inserts left out: a Python variable fans out by itself), with the shapes Caffe gave
-each blob. Each layer becomes an attribute named after it (characters Python does not allow in a
-name become ``_``), each blob a variable of ``forward`` named after it. The verification runs the
-exact text and the exact bytes that are written, loaded as the ``pytorch`` backend loads an export
-(:mod:`caffetool.backends.torchmodule`), every layer's outputs caught by a forward hook on its attribute.
+each blob. Each layer becomes an attribute named after it, each blob a variable of ``forward`` named after it:
+ASCII identifiers (the name's NFKC form, which Python itself reads identifiers as, with every other
+character ``_``), never a keyword, a name the module or ``nn.Module`` already holds, nor another
+layer's or blob's name, so no two can meet once Python reads them. Every other string of the net
+reaches ``model.py`` as a Python literal (:mod:`.torchcode`). The module's own file name must be
+importable and must not hide a module Python already finds (``torch.py`` beside it would hide
+PyTorch from it). The verification runs the exact text and the exact bytes that are written, loaded
+as the ``pytorch`` backend loads an export (:mod:`caffetool.backends.torchmodule`), every layer's
+outputs caught by a forward hook on its attribute and the net's outputs taken from what ``forward``
+returns, as a user gets them.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import io
 import keyword
 import re
+import sys
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,12 +73,12 @@ def convert(net_param: Any, net: Any, name: str, about: str, weights_name: str) 
     ``model.py`` and a state_dict; ``about`` opens the file's docstring."""
     refusals(net_param)
     order, kept = kept_layers(net_param, net)
-    taken = _reserved()
+    class_name = _class_name(net_param.name or name)
     inputs = {blob: tuple(net.blobs[blob].data.shape[1:])
               for blob in [*net_param.input, *(t for layer in kept if layer.type == "Input" for t in layer.top)]}
-    variable = _Names(taken | {"self"})
+    variable = _Names(_module_names() | {"self", class_name})
     arguments = {variable.of(blob): "(N, " + ", ".join(map(str, shape)) + ")" for blob, shape in inputs.items()}
-    attribute = _Names(taken)
+    attribute = _Names(_reserved())
     attributes, steps, compared, helpers, state = [], [], [], set(), {}
     current = {blob: variable.of(blob) for blob in inputs}
     learned = net.params
@@ -95,23 +105,31 @@ def convert(net_param: Any, net: Any, name: str, about: str, weights_name: str) 
         last.update(names)
         compared.append(Compared(layer.name, layer.type, order.index(layer.name), names, cut_of(layer)))
     returned = [blob for blob in net.outputs if blob in last]
-    class_name = _class_name(net_param.name or name)
     source = torchcode.source(class_name, about, attributes, arguments, steps, [current[b] for b in returned],
                               helpers, weights_name)
     return TorchConverted(source, class_name, state, inputs, [last[b] for b in returned], compared)
 
 
+def identifier(name: str) -> str:
+    """``name`` as an ASCII identifier: its NFKC form (``ｆｉ`` and ``ﬁ`` are ``fi`` to Python too) with
+    every other character ``_``, ``_`` before a leading digit, one ``_`` for leading ones (``__x`` in a
+    class would be mangled); keywords and clashes are the caller's."""
+    base = re.sub(r"[^0-9A-Za-z_]", "_", unicodedata.normalize("NFKC", name))
+    base = re.sub(r"^__+", "_", base)
+    return f"_{base}" if not base or base[0].isdigit() else base
+
+
 class _Names:
-    """Python names for Caffe's: ``_`` for what a name cannot hold, a suffix where two would meet."""
+    """Python names for Caffe's (:func:`identifier`), never a keyword nor a name ``taken``: a suffix
+    where two would meet."""
 
     def __init__(self, taken: set[str]) -> None:
         self.taken, self.given = set(taken), {}
 
     def of(self, caffe_name: str) -> str:
         if caffe_name not in self.given:
-            base = re.sub(r"\W", "_", caffe_name)
-            base = f"_{base}" if not base or base[0].isdigit() else base
-            base = f"{base}_" if keyword.iskeyword(base) else base
+            base = identifier(caffe_name)
+            base = f"{base}_" if keyword.iskeyword(base) or keyword.issoftkeyword(base) else base
             name, k = base, 1
             while name in self.taken:
                 k += 1
@@ -119,6 +137,11 @@ class _Names:
             self.taken.add(name)
             self.given[caffe_name] = name
         return self.given[caffe_name]
+
+
+def _module_names() -> set[str]:
+    """The names ``model.py`` itself defines or imports at its top level."""
+    return {*torchcode.MODULE_NAMES, *torchcode.HELPERS}
 
 
 def _reserved() -> set[str]:
@@ -129,22 +152,38 @@ def _reserved() -> set[str]:
 
 def importable(name: str) -> bool:
     """Whether ``name`` can be a module Python imports (``import name``)."""
-    return name.isidentifier() and not keyword.iskeyword(name)
+    return name.isascii() and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def shadowed(name: str) -> bool:
+    """Whether a module file named ``name`` would hide a module Python already finds (the standard
+    library's, ``torch``, anything installed): ``torch.py`` beside ``model.py`` is what ``import torch``
+    would load there, for the model and for PyTorch's own imports. The current folder is not looked
+    in: what it holds is what the file would sit beside."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return True
+    here = Path.cwd().resolve()
+    elsewhere = [p for p in sys.path if p and Path(p).resolve() != here]
+    try:
+        return importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None
+    except (ImportError, ValueError):
+        return True
 
 
 def module_name(stem: str) -> str:
-    """``stem`` as a module name Python can import: ``bvlc-net`` -> ``bvlc_net``, ``1net`` -> ``model_1net``."""
-    name = re.sub(r"\W", "_", stem)
+    """``stem`` as a module name Python can import and that hides none: ``bvlc-net`` -> ``bvlc_net``,
+    ``1net`` -> ``model_1net``, ``torch`` -> ``torch_model``."""
+    name = re.sub(r"[^0-9A-Za-z_]", "_", unicodedata.normalize("NFKC", stem))
     name = name if name and not name[0].isdigit() else f"model_{name}"
-    return f"{name}_" if keyword.iskeyword(name) else name
+    name = f"{name}_" if keyword.iskeyword(name) else name
+    return f"{name}_model" if shadowed(name) else name
 
 
 def _class_name(net_name: str) -> str:
-    name = re.sub(r"\W", "_", net_name)
-    name = name if name and not name[0].isdigit() else f"Net_{name}"
+    name = identifier(net_name).lstrip("_") or "Net"
+    name = name if not name[0].isdigit() else f"Net_{name}"
     name = name[0].upper() + name[1:]
-    clash = set(torchcode.HELPERS) | {"Path", "F", "nn", "torch", "load", "annotations"}
-    return f"{name}Net" if name in clash or keyword.iskeyword(name) else name
+    return f"{name}Net" if name in _module_names() or keyword.iskeyword(name) else name
 
 
 def serialised(converted: TorchConverted) -> bytes:
@@ -165,14 +204,30 @@ def runner(source: str, weights: bytes, converted: TorchConverted, filename: str
            ) -> Callable[[dict[str, np.ndarray]], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """What the verification calls with each batch: (every layer's outputs, forward's outputs), by
     compared name, from ``source`` with ``weights`` in eval mode."""
-    names = [name for c in converted.compared for _, name in c.outputs]
-    model = torchmodule.model_of(torchmodule.instance(source, converted.class_name, weights, filename),
-                                 list(converted.inputs), converted.outputs, {name: name for name in names}, filename)
+    module = torchmodule.instance(source, converted.class_name, weights, filename)
+    return module_runner(module, list(converted.inputs), layer_outputs(converted), converted.outputs, filename)
+
+
+def layer_outputs(converted: TorchConverted) -> list[str]:
+    """Every layer output the verification compares, as ``ATTRIBUTE:INDEX``."""
+    return [name for c in converted.compared for _, name in c.outputs]
+
+
+def module_runner(module: Any, inputs: list[str], layers: list[str], outputs: list[str], filename: str
+                  ) -> Callable[[dict[str, np.ndarray]], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """``module`` run once per batch: each of ``layers`` ("ATTRIBUTE:INDEX") caught by a hook on its
+    attribute, ``outputs`` taken from what ``forward`` returns, in its order (never from a hook: a
+    forward that returns another tensor than its last layer's is what a user would get)."""
+    hooked = {f"{HOOKED}{name}": name for name in layers}
+    model = torchmodule.model_of(module, inputs, outputs, hooked, filename)
 
     def run(feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         got = model(feeds)
-        return {name: got[name] for name in names}, {name: got[name] for name in converted.outputs}
+        return {name: got[f"{HOOKED}{name}"] for name in layers}, {name: got[name] for name in outputs}
     return run
+
+
+HOOKED = "hooked "  # a layer output's name among what the backend's model gives, apart from forward's returns
 
 
 def attribute_of(layer_name: str) -> str:

@@ -4,7 +4,10 @@ pycaffe runs the net one layer at a time (``Net._forward(i, i)``), so each layer
 right after that layer — including the versions of a blob that an in-place layer overwrites next.
 onnxruntime runs an ONNX model twice: once with every layer's output made a graph output (the layer
 table), and once as exported (the outputs a user gets, and top-1 agreement on them); a PyTorch
-model runs once, each layer's outputs caught by a hook on its attribute (:mod:`.torchnet`).
+model runs once, each layer's outputs caught by a hook on its attribute (:mod:`.torchnet`). What
+the model gives a user (the exported graph's outputs; what a PyTorch module's ``forward`` returns) is
+compared too, with the same tolerance: a model whose layers agree but whose outputs do not (a
+``forward`` that returns something else than its last layer computed) fails.
 
 A layer's error is relative to its blob's scale: ``max |caffe - model| / max(|caffe|, |model|)`` over
 every image; a blob that is zero in both has error 0. A layer whose Caffe output is not finite
@@ -146,6 +149,7 @@ def detection_rows(blob: np.ndarray, n: int) -> np.ndarray | None:
 
 
 DETECTIONS = "DetectionOutput"  # the layer type whose output is compared as detections
+RETURNED = "returned"  # the type of a model's output compared as a user gets it
 
 
 def figures_of(c: Compared, blob: str, tolerance: float) -> LayerFigures:
@@ -164,18 +168,19 @@ class Verification:
     top1_agree: int | None = None
     output_max_abs: float = 0.0
     outputs: list[str] = field(default_factory=list)
+    returned: list[LayerFigures] = field(default_factory=list)  # the model's outputs as a user gets them
 
     def first_past(self) -> LayerFigures | None:
-        return next((f for f in self.layers if not f.rel <= self.tolerance or f.failed), None)
+        return next((f for f in [*self.layers, *self.returned] if not f.rel <= self.tolerance or f.failed), None)
 
     @property
     def passed(self) -> bool:
         return self.first_past() is None
 
     def table(self) -> list[str]:
-        width = max([len(f"{f.layer} ({f.type})") for f in self.layers] + [5])
+        width = max([len(f"{f.layer} ({f.type})") for f in [*self.layers, *self.returned]] + [5])
         lines = [f"{'layer'.ljust(width)}  {'max abs error':>13}  {'max rel error':>13}"]
-        for f in self.layers:
+        for f in [*self.layers, *self.returned]:
             mark = ("" if f is not self.first_past() else "  <- not finite" if f.failed else
                     f"  <- {f.mismatch}" if f.mismatch else "  <- past the tolerance")
             lines.append(f"{f'{f.layer} ({f.type})'.ljust(width)}  {f.max_abs:13.3e}  {f.rel:13.3e}{mark}")
@@ -200,7 +205,7 @@ class Verification:
                 "top1_agreement": self.top1_agree, "output_max_abs_error": self.output_max_abs,
                 "outputs": self.outputs, "first_past_tolerance": past.layer if past else None,
                 **({"detections": self.detections} if self.detections is not None else {}),
-                "layers": [f.record() for f in self.layers]}
+                "layers": [f.record() for f in self.layers], "returned": [f.record() for f in self.returned]}
 
 
 Run = Callable[[dict[str, np.ndarray]], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
@@ -225,6 +230,7 @@ def verify(net: Any, converted: Converted, batches: Iterable[tuple[dict[str, np.
     blob_of = output_blobs(converted)
     final = converted.outputs[-1] if converted.outputs else None
     names = [name for c in converted.compared for _, name in c.outputs]
+    result.returned = [_returned_figures(detections.get(name), blob_of[name], tolerance) for name in converted.outputs]
     result.top1_agree = 0
     for caffe_feeds, model_feeds in batches:
         n = len(next(iter(caffe_feeds.values())))
@@ -233,26 +239,28 @@ def verify(net: Any, converted: Converted, batches: Iterable[tuple[dict[str, np.
         layer_values, outputs = run(fed)
         for f, value, name in zip(figures, caffe_values, names):
             f.take(value, layer_values[name], n)
-        for name in converted.outputs:
-            if name in detections:  # compared as detections among the layers; the rows' numbers here
-                rows = figures_of(detections[name], name, tolerance)
-                rows.take(net.blobs[blob_of[name]].data, outputs[name], n)
-                result.output_max_abs = max(result.output_max_abs, rows.max_abs)
-                continue
-            mine = net.blobs[blob_of[name]].data[:n]
-            theirs = outputs[name][:n].reshape(mine.shape)
-            result.output_max_abs = max(result.output_max_abs, float(np.abs(mine - theirs).max()))
+        for f, name in zip(result.returned, converted.outputs):
+            f.take(net.blobs[blob_of[name]].data, outputs[name], n)
+        result.output_max_abs = max([result.output_max_abs, *(f.max_abs for f in result.returned)])
         if final in detections:
             result.top1_agree = None
         elif final is not None and result.top1_agree is not None:
             mine = net.blobs[blob_of[final]].data[:n].reshape(n, -1)
-            theirs = outputs[final][:n].reshape(n, -1)
-            if mine.shape[1] > 1:
-                result.top1_agree += int((mine.argmax(1) == theirs.argmax(1)).sum())
-            else:
+            theirs = outputs[final][:n]
+            if mine.shape[1] <= 1:
                 result.top1_agree = None
+            elif theirs.size == mine.size:
+                result.top1_agree += int((mine.argmax(1) == theirs.reshape(n, -1).argmax(1)).sum())
         result.images += n
     return result
+
+
+def _returned_figures(detections: Compared | None, blob: str, tolerance: float) -> LayerFigures:
+    """The figures of one output of the model as a user gets it: as detections where a DetectionOutput
+    layer writes it, else as a blob."""
+    if detections is not None:
+        return DetectionFigures(blob, RETURNED, blob, tolerance=tolerance, cut=detections.cut)
+    return LayerFigures(blob, RETURNED, blob)
 
 
 def output_blobs(converted: Converted) -> dict[str, str]:

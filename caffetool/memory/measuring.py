@@ -9,6 +9,12 @@ measurement.
 
 In GPU mode the ``caffe`` binary trains the same solver for one step on the GPU while NVML reads
 the card's memory in use (:mod:`caffetool.memory.gpumeasure` says how and what it leaves out).
+
+A CPU measurement whose estimate is past the share of this machine's available memory that the
+export's verification may take (:data:`caffetool.memory.headroom.SHARE`) is refused before anything is
+allocated (:func:`check_room`), with the largest batch that fits: Caffe would otherwise stop on its
+own allocation check, or the kernel end it, partway through. Limits: the card's memory in GPU mode
+is left to the measurement itself.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +32,8 @@ import numpy as np
 
 from caffetool.data import db
 from caffetool.engine import EngineInfo, cpu_threads
-from caffetool.errors import RunError
-from caffetool.memory import gpumeasure
+from caffetool.errors import ConfigError, RunError
+from caffetool.memory import estimator, fitting, gpumeasure, headroom
 from caffetool.proc import last_lines
 
 CHILD = r"""
@@ -61,6 +68,43 @@ solver.step(1)
 after = used()
 print(json.dumps({"before": before, "built": built, "after": after, "allocated": after - before}))
 """
+
+
+def check_room(net: Any, e: estimator.Estimate, text: str | None = None, available: int | None = None) -> None:
+    """Refuse to measure, in CPU mode, a net whose estimate ``e`` is past :data:`headroom.SHARE` of the
+    memory available now (``available`` bytes, else the machine's), naming the batch that fits."""
+    if e.options.mode != "cpu":
+        return
+    free = headroom.available_bytes() if available is None else available
+    budget = int(headroom.SHARE * free)
+    if e.total <= budget:
+        return
+    batch = e.rows[0].top[0] if e.rows and e.rows[0].top else (e.options.batch or 1)
+    fits = _largest_batch(net, e.options, budget, text, batch)
+    advice = (f"measure with --batch-size {fits} or less" if fits else
+              "no batch of this net fits: measure it on a machine with more memory")
+    raise ConfigError(f"measuring batch {batch} needs about {_gib(e.total)} by the estimate, and this machine has "
+                      f"{_gib(free)} available ({_gib(budget)}, {headroom.SHARE:.0%} of it, to give a measurement): "
+                      f"{advice} (nothing was run)")
+
+
+def _largest_batch(net: Any, options: estimator.Options, budget: int, text: str | None, over: int) -> int:
+    """The largest batch below ``over`` (one that does not fit) whose estimate is within ``budget``.
+
+    :func:`fitting.largest_batch`'s straight line, fitted near batch 3, starts the search: on the CPU
+    the OpenMP engine's convolution scratch stops growing with the batch, so the line is steeper than
+    the estimate at large batches and its answer a batch that fits, not the largest.
+    """
+    low, high = min(fitting.largest_batch(net, options, budget, text), over - 1), over  # low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if estimator.estimate(net, replace(options, batch=middle), text).total <= budget \
+            else (low, middle)
+    return low
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:,.1f} GiB"
 
 
 def make_lmdb(path: Path, records: int, shape: tuple[int, int, int], classes: int, caffe: Any) -> None:

@@ -104,10 +104,14 @@ def quickstart(c: Context, max_iter: str | None = None) -> None:
 
 
 def check_project_settings(folder: Path) -> None:
-    """The invoke.yaml files, checked while tasks.py (in ``folder``) loads: Invoke merges them next,
-    and would show a broken one as a traceback."""
+    """The settings a command starts from, as tasks.py (in ``folder``) loads or ``caffetool`` starts:
+    the invoke.yaml files, checked (Invoke merges them next, and would show a broken one as a
+    traceback), and the environment's thread counts, bounded by this machine's cores with a warning
+    for each value capped or ignored (:func:`caffetool.engine.cpu_threads.settle`)."""
     with reported():
         settings.check_config_files(folder)
+    for warning in cpu_threads.settle():
+        print(warning, file=sys.stderr)
 
 
 def check_runtime_settings(path: str, origin: str) -> None:

@@ -20,6 +20,7 @@ TOLERANCE = Limit("a relative tolerance", 0, 1, low_open=True)
 # batch pads each pass to its size (a test set holds 10,000 images; Caffe's own deploy nets 1 to 10).
 IMAGES = Limit("a number of images", 1, 1_000_000, kind=int)
 BATCH = Limit("a batch size", 1, 4096, kind=int)
+SECONDS = Limit("a number of seconds", 0, 86_400, low_open=True)
 HELP = {
     "run": "run name or directory: writes RUN/export/model.onnx and model.export.json (model.py, model.pt and "
            "model.pytorch.export.json with --to pytorch)",
@@ -74,18 +75,26 @@ def export(c: Context, run: str | None = None, deploy: str | None = None, weight
 
 @task(positional=["model"], help={**{k: v for k, v in HELP.items() if k not in ("out", "to", "opset", "batch",
                                                                                 "with_preprocessing")},
-                                  "model": "the .onnx file (or a PyTorch export's .py) to check",
-                                  "run": "the run it was exported from (default: what the model's record names)"})
+                                  "model": "the .onnx file (or a PyTorch export's .py, which the check runs in a "
+                                           "child process) to check",
+                                  "run": "the run it was exported from (default: what the model's record names)",
+                                  "timeout": "seconds a PyTorch export's model.py may take to load, or to run one "
+                                             "batch, before its check is stopped (default 300)"})
 def check(c: Context, model: str, run: str | None = None, deploy: str | None = None, weights: str | None = None,
           labels: str | None = None, mean: str | None = None, mean_values: str | None = None,
           scale: str | None = None, channel_swap: str | None = None, raw_scale: str | None = None,
           image_dims: str | None = None, tolerance: str = "1e-4", images: str | None = None,
-          runs_dir: str | None = None) -> None:
+          runs_dir: str | None = None, timeout: str | None = None) -> None:
     """Compare an exported model with Caffe again, layer by layer (the run or the deploy net and weights its
     record names, or those given)."""
-    from caffetool.export import exporter  # noqa: PLC0415
+    from caffetool.export import exporter, formats  # noqa: PLC0415
 
     path = input_file(model, "MODEL")
+    form = formats.of_file(path)
+    if timeout is not None and form.checked is None:
+        raise ConfigError(f"--timeout is for a PyTorch export's model.py, which the check runs; {path} is "
+                          f"{form.title}, which runs no code of its own")
+    seconds = float(bounded(timeout, "--timeout", SECONDS)) if timeout is not None else exporter.CHECK_SECONDS
     if not run and not deploy:
         recorded = exporter.recorded_inputs(path.absolute())
         run, deploy = recorded["run"], None if recorded["run"] else recorded["deploy"]
@@ -93,7 +102,7 @@ def check(c: Context, model: str, run: str | None = None, deploy: str | None = N
     files = _files(c, run, deploy, weights, labels, mean, mean_values, scale, channel_swap, raw_scale, image_dims,
                    runs_dir)
     exporter.check(locate(c.engine.prefix, probe=False), path, files,
-                   float(bounded(tolerance, "--tolerance", TOLERANCE)), _images(images))
+                   float(bounded(tolerance, "--tolerance", TOLERANCE)), _images(images), seconds=seconds)
     print(f"{path} agrees with Caffe")
 
 

@@ -113,6 +113,7 @@ def measure(c: Context, model: str | None = None, net: str | None = None, batch_
     caffe, source, options = _load(c, model, net, input_shape, batch_size, type, "train", mode, "fp32", None, False,
                                    solver=solver, threads=threads)
     e = estimator.estimate(source.net, options, source.text, source.origin)
+    measuring.check_room(source.net, e, source.text)
     if source.project is not None:  # the user's own data, as the solver names it
         got = measuring.measure_project(engine, caffe, source.project, options.solver, options.mode, gpu_id,
                                         options.threads)

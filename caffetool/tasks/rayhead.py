@@ -22,6 +22,7 @@ def start(c: Any, cpus: str | None = None, gpus: str | None = None) -> None:
 @task
 def stop(c: Any) -> None:
     """Stop the Ray that `ray.start` started (it alone: other Rays on this machine go on)."""
+    extras.need("sweep", "caffetool ray.stop")  # where Ray is missing, no `ray.start` can have run
     resident.stop()
 
 

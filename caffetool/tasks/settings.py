@@ -123,7 +123,7 @@ def check_config_file(prefix: Path, shown: str | None = None) -> None:
         path = prefix.with_name(prefix.name + suffix)
         try:
             text = path.read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # under a home that is a file: none can exist
             continue
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}; fix or remove it") from None
