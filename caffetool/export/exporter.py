@@ -14,8 +14,10 @@ the tolerance is not written. A run's export is ``RUN/export/model.onnx`` and ``
 what else a user keeps in that folder stays. An existing model is replaced only where its record
 says caffetool wrote exactly those bytes (its sha256), so a model the user changed, or another
 tool's file that a record merely names, is never overwritten. A folder's single ``export.json``,
-which earlier versions wrote, is read as the record of the model it names and gives way to the
-model's own record when that model is exported again.
+which earlier versions wrote, is read as the record of the model it names only where it has that
+record's keys and the sha256 of the model there, and then gives way to the model's own record when
+that model is exported again; any other ``export.json`` is the user's and stays. The cache's
+exports (:func:`verified_export`) are served only as caffetool sealed them, and made again otherwise.
 
 The flow is the same for every format: what differs is the format's row in :data:`.formats.FORMATS`
 (its files, options and functions, in :mod:`.onnxformat` and :mod:`.torchformat`), so this module
@@ -37,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from caffetool import __version__, config, extras, fsio
+from caffetool import __version__, extras, fsio
 from caffetool.checksum import sha256_file
 from caffetool.choices import unwritable
 from caffetool.engine import EngineInfo, import_caffe
@@ -137,13 +139,33 @@ def record_for(model: Path) -> Path | None:
     if own.exists():
         return own
     legacy = model.with_name(LEGACY_RECORD)
-    return legacy if legacy.is_file() and _written(legacy).get("model") == model.name else None
+    return legacy if _is_legacy_record_of(legacy, model) else None
+
+
+def _is_legacy_record_of(legacy: Path, model: Path) -> bool:
+    """Whether ``legacy`` is provably the record an earlier version wrote for ``model`` as it is now: its
+    keys (the ONNX model it names, the sha256s of deploy, weights and model, its verification and
+    versions) and its model's sha256 that of the file there. Another tool's ``export.json``, or notes
+    that merely name the model, are the user's: read as no record, never replaced or removed."""
+    if model.suffix != formats.DEFAULT.suffix or not legacy.is_file() or not model.is_file():
+        return False
+    made = read_record(legacy)
+    sha = made.get("sha256")
+    if (made.get("model") != model.name or not isinstance(sha, dict)
+            or not all(isinstance(sha.get(key), str) for key in ("deploy", "weights"))
+            or not isinstance(made.get("verification"), dict)
+            or not isinstance(made.get("versions"), dict) or "caffetool" not in made["versions"]):
+        return False
+    try:
+        return sha.get(sha_key(model)) == sha256_file(model)
+    except OSError:
+        return False
 
 
 def recorded_inputs(model: Path) -> dict[str, str | None]:
     """The run, or the deploy net and weights, that ``model``'s record says it was exported from."""
     record = record_for(model)
-    made = _written(record) if record is not None else {}
+    made = read_record(record) if record is not None else {}
     if not made:
         raise ConfigError(f"{model} has no export record beside it ({record_of(model).name}): give the run it was "
                           "exported from, or --deploy FILE --weights FILE")
@@ -193,7 +215,7 @@ def _check_replaceable(request: ExportRequest, form: formats.ExportFormat) -> No
             raise ConfigError(f"{present[0]} exists and caffetool did not make it (no {record_of(out).name} beside "
                               f"it names {out.name}); {way_out} (nothing was changed)")
         return
-    made = _written(record)
+    made = read_record(record)
     if made.get("model") != out.name:
         raise ConfigError(f"{record} is not the record of an export of {out.name} (it names {made.get('model')!r}); "
                           f"{way_out} (nothing was changed)")
@@ -204,7 +226,7 @@ def _check_replaceable(request: ExportRequest, form: formats.ExportFormat) -> No
                               f"changed or replaced since; {way_out} (nothing was changed)")
 
 
-def _written(record: Path) -> dict[str, Any]:
+def read_record(record: Path) -> dict[str, Any]:
     """An export record's contents; {} where it is not one (unreadable, not a JSON object)."""
     try:
         made = json.loads(record.read_text())
@@ -213,7 +235,7 @@ def _written(record: Path) -> dict[str, Any]:
     return made if isinstance(made, dict) else {}
 
 
-def _sha_key(path: Path) -> str:
+def sha_key(path: Path) -> str:
     """A written file's entry in the record's sha256s: its suffix (``onnx``, ``py``, ``pt``)."""
     return path.suffix.lstrip(".")
 
@@ -223,7 +245,7 @@ def _shas(made: dict[str, Any], path: Path) -> set[str]:
     place, the one it replaces (see :func:`_write`)."""
     sha = made.get("sha256")
     sha = sha if isinstance(sha, dict) else {}
-    key = _sha_key(path)
+    key = sha_key(path)
     return {v for v in (sha.get(key), sha.get(f"replaced_{key}")) if isinstance(v, str)}
 
 
@@ -385,15 +407,15 @@ def _write(request: ExportRequest, contents: dict[Path, bytes], record: dict) ->
     out = request.out
     shas = record["sha256"]
     for path, data in contents.items():
-        shas[_sha_key(path)] = hashlib.sha256(data).hexdigest()
+        shas[sha_key(path)] = hashlib.sha256(data).hexdigest()
         if path.is_file():
-            shas[f"replaced_{_sha_key(path)}"] = sha256_file(path)
+            shas[f"replaced_{sha_key(path)}"] = sha256_file(path)
     legacy = record_for(out)
     fsio.write_atomic(record_of(out), json.dumps(record, indent=2) + "\n", ExportError)
     for path, data in contents.items():
         fsio.write_atomic(path, data, ExportError)
     for path in contents:
-        shas.pop(f"replaced_{_sha_key(path)}", None)
+        shas.pop(f"replaced_{sha_key(path)}", None)
     fsio.write_atomic(record_of(out), json.dumps(record, indent=2) + "\n", ExportError)
     if legacy is not None and legacy != record_of(out):  # an earlier version's record of this model
         legacy.unlink(missing_ok=True)
@@ -450,54 +472,3 @@ def _reported(result: verify.Verification, say: Callable[[str], None], where: st
     hint = " (compare with --tolerance, or report the layer)" if writing else ""
     raise ExportError(f"{where}layer {past.layer!r} ({past.type}) differs from Caffe by {past.rel:.3g} of its "
                       f"scale, past the tolerance of {result.tolerance:g}{unwritten}{hint}")
-
-
-
-def verified_export(engine: EngineInfo, files: modelfiles.ModelFiles, to: str = formats.DEFAULT.name,
-                    say: Callable[[str], None] = print) -> Path:
-    """The verified export to ``to`` of exactly these deploy net and weights (its record's sha256s of
-    them and of every file written match), made now if missing or stale: a run's in its export folder,
-    other files' in caffetool's cache (one folder per pair of deploy and weights). The model file: what
-    the ``onnxruntime`` backend runs and OpenCV 5's; a PyTorch export's ``model.py`` for the PyTorch
-    backend."""
-    form = formats.named(to)
-    if files.run is not None:
-        request, named = run_request(files.run, files=files, to=form.name), files.run.name
-    else:
-        pair = sha256_file(Path(files.deploy)) + sha256_file(Path(files.weights))
-        entry = config.cache_home() / "exports" / hashlib.sha256(pair.encode()).hexdigest()[:16]
-        request = ExportRequest(files, entry / f"{RUN_MODEL}{form.suffix}", to=form.name)
-        named = Path(files.weights).name
-    if not _fresh(request.out, files, form):
-        if files.run is None:
-            _clear_blocked(request, form)
-        say(f"exporting {named} to {form.title} ({request.out}), verified against Caffe first")
-        export(engine, request, say=lambda _: None)
-    return request.out
-
-
-def _fresh(model: Path, files: modelfiles.ModelFiles, form: formats.ExportFormat) -> bool:
-    """Whether ``model``'s record vouches for these deploy net and weights and for every file written as
-    it is now, and is of the plain export :func:`verified_export` serves."""
-    record = record_for(model)
-    made = _written(record) if record is not None else {}
-    sha = made.get("sha256")
-    if not isinstance(sha, dict) or any(made.get(key) for key in form.not_served):
-        return False
-    try:
-        return (sha.get("weights") == sha256_file(Path(files.weights))
-                and sha.get("deploy") == sha256_file(Path(files.deploy))
-                and all(sha.get(_sha_key(path)) == sha256_file(path) for path in written_files(model)))
-    except OSError:
-        return False
-
-
-def _clear_blocked(request: ExportRequest, form: formats.ExportFormat) -> None:
-    """A cache entry whose files an export would refuse to replace (changed since caffetool wrote them)
-    removed, record and all: the cache is caffetool's alone, so its entry is made again instead."""
-    try:
-        _check_replaceable(request, form)
-    except ConfigError:
-        for path in (*written_files(request.out), record_of(request.out)):
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)

@@ -2,8 +2,8 @@
 and the server load their models through.
 
 A backend that runs Caffe's files is given the deploy net and the weights; one that runs an export
-is given the verified export of exactly those files, made now where missing or stale
-(:func:`.exporter.verified_export`: a run's in its export folder, other files' in caffetool's cache).
+is given the verified export of exactly those files, made now where missing, stale or damaged
+(:func:`.reuse.verified_export`: a run's in its export folder, other files' in caffetool's cache).
 A PyTorch export's record names its class, its inputs and what its forward returns; a blob asked
 for besides those (the scores a Softmax reads) is caught at the attribute of the layer that last
 writes it. A ``--gpu N`` the backend cannot honour is refused before any export is made.
@@ -35,15 +35,15 @@ def _caffe_files(engine: EngineInfo, files: ModelFiles, _outputs: Sequence[str])
 
 
 def _onnx_export(engine: EngineInfo, files: ModelFiles, _outputs: Sequence[str]) -> ModelSource:
-    from caffetool.export import exporter  # noqa: PLC0415 - onnx only for the backends that run the export
+    from caffetool.export import reuse  # noqa: PLC0415 - onnx only for the backends that run the export
 
-    return ModelSource(exporter.verified_export(engine, files, to="onnx"))
+    return ModelSource(reuse.verified_export(engine, files, to="onnx"))
 
 
 def _pytorch_export(engine: EngineInfo, files: ModelFiles, outputs: Sequence[str]) -> ModelSource:
-    from caffetool.export import exporter  # noqa: PLC0415
+    from caffetool.export import exporter, reuse  # noqa: PLC0415
 
-    model = exporter.verified_export(engine, files, to="pytorch")
+    model = reuse.verified_export(engine, files, to="pytorch")
     record = json.loads(exporter.record_of(model).read_text())
     returned = tuple(record["outputs"])
     return ModelSource(model, model.with_name(record["weights_file"]), class_name=record["class"],
