@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,13 @@ from caffetool.engine.recipe import CAFFE_SOURCE, BuildOptions
 ALONE = re.compile(r"set\(CAFFE_UNITY_ALONE ([^)]*)\)")
 
 
+def recorded_flags(engine) -> list[str]:
+    """The engine's own CMake flags, without its compiler launcher, and with this Python: the one that
+    built the engine may be gone (another checkout's virtual environment)."""
+    return [f"-DPYTHON_EXECUTABLE={sys.executable}" if f.startswith("-DPYTHON_EXECUTABLE=") else f
+            for f in engine.manifest["cmake_flags"] if "COMPILER_LAUNCHER" not in f]
+
+
 @pytest.fixture(scope="module")
 def configured(tmp_path_factory, engine):
     """The engine's source with its patches, configured by CMake as engine.install configures it."""
@@ -25,7 +33,7 @@ def configured(tmp_path_factory, engine):
     tree, build = root / "src", root / "build"
     source.unpack(CAFFE_SOURCE, config.cache_home() / "sources", tree)
     source.apply_patches(tree, root / "log", BuildOptions().patches)
-    flags = [f for f in engine.manifest["cmake_flags"] if "COMPILER_LAUNCHER" not in f]
+    flags = recorded_flags(engine)
     build.mkdir()
     subprocess.run(["cmake", "-G", "Ninja", str(tree), *flags], cwd=build, check=True, capture_output=True)
     return tree, build
@@ -60,7 +68,7 @@ def test_pycaffe_is_queued_before_the_tools(configured):
 
 def test_the_old_way_is_one_object_per_source(configured, tmp_path, engine):
     tree, _ = configured
-    flags = [f for f in engine.manifest["cmake_flags"] if "COMPILER_LAUNCHER" not in f]
+    flags = recorded_flags(engine)
     subprocess.run(["cmake", "-G", "Ninja", str(tree), *flags, "-DCAFFE_UNITY_BUILD=OFF",
                     "-DCAFFE_PRECOMPILE_HEADERS=OFF"], cwd=tmp_path, check=True, capture_output=True)
     ninja = (tmp_path / "build.ninja").read_text()
