@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from caffetool.engine import cpu_threads
 from tests.caffe_root import lay_out
 from tests.test_cli import CAFFETOOL, refused, run
 
@@ -83,7 +84,9 @@ def test_a_deploy_nets_input_takes_the_batch_size_in_the_engine_as_in_the_estima
     assert abs(error) <= 2.0, done.stdout
 
 
-@pytest.mark.parametrize("flags", [("--phase", "test", "--threads", "2"), ("--threads", "1"), ("--mode", "gpu")])
+# every core this process may use (one in a test lane: --threads above the cores is refused)
+@pytest.mark.parametrize("flags", [("--phase", "test", "--threads", str(cpu_threads.available())), ("--threads", "1"),
+                                   ("--mode", "gpu")])
 @pytest.mark.parametrize("batch", [1, 32])
 def test_the_by_batch_line_agrees_with_the_total_beside_it(root: Path, flags: tuple[str, ...], batch: int) -> None:
     """"F fixed + batch x P per sample" is the line through the estimate's own batch, so it gives the
