@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -111,6 +112,9 @@ def test_a_model_py_that_hangs_is_stopped_at_the_time_limit(engine, small, tmp_p
     with pytest.raises(ExportError, match=rf"^{model} did not finish {doing} within 30 s \(export\.check --timeout\)"):
         check(engine, model, files, seconds=30)
     assert time.monotonic() - started < 75
+    left = [p for p in psutil.Process().children(recursive=True)
+            if "caffetool.export.torchchild" in " ".join(p.cmdline())]
+    assert left == []  # the child that ran the file is gone with its check, not only when caffetool exits
 
 
 def test_timeout_is_refused_for_an_onnx_model_and_bounded(small, tmp_path):

@@ -53,7 +53,11 @@ class CheckedModule:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, cwd=folder, env=env,
             preexec_fn=parent_death_signal(signal.SIGKILL))
         self.pending = b""
-        self._answer("loading it with its weights")
+        try:
+            self._answer("loading it with its weights")
+        except BaseException:
+            self.close()  # a file that hangs or fails while loading: its child ends here, not with caffetool
+            raise
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         batch = self.folder / "batch"
