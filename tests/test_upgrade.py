@@ -287,18 +287,28 @@ def accuracies(book: dict) -> list[list[float]]:
 def test_bvlcs_brewing_logreg_notebook_upgraded_runs_and_matches_its_published_accuracies(engine, tmp_path):
     """BVLC's ``brewing-logreg.ipynb`` (scikit-learn's data, HDF5 through h5py, NetSpec, solvers from
     Python, ``caffe train`` from the shell) through ``caffetool upgrade`` (scikit-learn's renamed
-    arguments included), its ``./build/tools/caffe`` pointed at the engine's: every cell runs, and
-    Caffe's logistic regression and its two-layer net reach the accuracies the notebook prints for
-    them (0.770 and 0.838) within 0.03."""
+    arguments included), its ``./build/tools/caffe`` pointed at the engine's: every cell runs.
+
+    The notebook splits its data at random (``train_test_split`` without a seed), so its published
+    figures (0.770 and 0.838) belong to one split: over 400 splits the best logistic regression scores
+    0.743 to 0.793. Caffe's logistic regression is held to the exact optimum of the same model on the
+    notebook's own split (scikit-learn's ``LogisticRegression``, printed by a cell added after the
+    split), its two-layer net to beating it clearly, and both to the published figures within 0.05."""
     examples = bvlc(tmp_path, "examples/brewing-logreg.ipynb") / "examples"
     report = upgraded.upgrade(examples / "brewing-logreg.ipynb", None, engine)
     assert any("sklearn_arguments" in e.what for e in report.entries)
     path = report.target
     path.write_text(path.read_text().replace("./build/tools/caffe", str(engine.caffe)))
-    figures = [cell for cell in accuracies(run_notebook(path, examples)) if cell]
+    edit_cells(path, {}, {"train_test_split(X, y)": "print('SPLIT_OPTIMUM', sklearn.linear_model.LogisticRegression()"
+                                                    ".fit(X, y).score(Xt, yt))"})
+    book = run_notebook(path, examples)
+    optimum = float(re.search(r"SPLIT_OPTIMUM ([\d.]+)", printed(book)).group(1))
+    figures = [cell for cell in accuracies(book) if cell]
     assert len(figures) == 3, figures  # scikit-learn's, Caffe's logistic regression, Caffe's net
     logreg, net = figures[1][0], figures[2][0]
-    assert abs(logreg - 0.770) <= 0.03 and abs(net - 0.838) <= 0.03, figures
+    assert abs(logreg - optimum) <= 0.02, (optimum, figures)
+    assert net - logreg >= 0.03, figures
+    assert abs(logreg - 0.770) <= 0.05 and abs(net - 0.838) <= 0.05, figures
 
 
 @pytest.mark.engine
