@@ -47,7 +47,7 @@ GROUP_OF = {module: group for group, modules in SHARED.items() for module in mod
 # nearly done). Seconds, from one serial run's --durations=0 on 2 cores.
 LONGEST = {"system": 600, "ray": 600, "test_export_pytorch": 180, "test_export": 150, "test_export_layers": 106,
            "test_project_cli": 98, "test_train": 90, "test_nets": 87, "test_hostile_inputs": 77, "test_v2_reliability": 74,
-           "test_demo": 71, "test_hostile_runs": 49, "test_evaluation": 44}
+           "test_demo": 71, "test_upgrade_public": 80, "test_hostile_runs": 49, "test_evaluation": 44}
 
 
 def unit(nodeid: str) -> str:

@@ -37,7 +37,7 @@ def run(c: Any, path: str, out: str | None = None, report: bool = False) -> None
         if report or not entry.changed:
             print(f"  {entry}")
     if Path(done.target).is_dir():
-        print(f"Report: {done.target / upgraded.REPORT}")
+        print(f"Report: {upgraded.shown(done.target / done.report_name)}")
 
 
 def _upgrader() -> ModuleType:

@@ -57,9 +57,10 @@ class FixPycaffe(fixer_base.BaseFix):
             return None
         if receiver == "caffe":
             return None
+        prefix = node.prefix  # the comments and indentation before the statement: the receiver's, removed next
         for child in node.children[:at]:
             child.remove()
-        node.insert_child(0, Name("caffe", prefix=node.prefix))
+        node.insert_child(0, Name("caffe", prefix=prefix))
         return None
 
     def _with_phase(self, node):

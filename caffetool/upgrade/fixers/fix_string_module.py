@@ -4,10 +4,13 @@
 sep)`` is ``s.split(sep)``, and likewise every function that became a method (Python 2.7's
 ``string`` docs, "Deprecated string functions"); ``string.atoi``/``atof``/``atol`` are ``int`` /
 ``float`` / ``int``; ``string.letters``, ``lowercase`` and ``uppercase`` are the ``ascii_`` ones.
+Only where the file imports ``string`` and no function around the call has a local of that name
+(a variable called ``string`` has methods of those names too). The call keeps the comments and
+indentation before it.
 """
 
 from fissix import fixer_base
-from fissix.fixer_util import ArgList, Attr, Call, Comma, Name, String, parenthesize
+from fissix.fixer_util import ArgList, Attr, Call, Comma, Name, String, find_binding, is_import, parenthesize
 from fissix.pgen2 import token
 from fissix.pygram import python_symbols as syms
 from fissix.pytree import Node
@@ -27,7 +30,16 @@ class FixStringModule(fixer_base.BaseFix):
     constant=power< 'string' trailer< '.' name=({' | '.join(f"'{n}'" for n in CONSTANTS)}) > >
     """
 
+    def start_tree(self, tree, filename):
+        super().start_tree(tree, filename)
+        # ``string`` is the module only where the file imports it; elsewhere it is a variable (a
+        # Python 3 file's ``string.replace(a, b)`` is a call of a str's method).
+        binding = find_binding("string", tree)
+        self.imported = binding is not None and is_import(binding)
+
     def transform(self, node, results):
+        if not self.imported or _shadowed(node):
+            return None
         if "constant" in results:
             name = results["name"][0]
             name.replace(Name(CONSTANTS[name.value], prefix=name.prefix))
@@ -45,6 +57,19 @@ class FixStringModule(fixer_base.BaseFix):
             sep = args[1] if len(args) > 1 else String('" "')
             return _method_call(sep, "join", [args[0]], node.prefix)
         return _method_call(args[0], "split" if func == "splitfields" else func, args[1:], node.prefix)
+
+
+def _shadowed(node) -> bool:
+    """Whether ``string`` is a local name of a function around ``node`` (a parameter, or assigned
+    in its body), not the module."""
+    while node.parent is not None:
+        node = node.parent
+        if node.type == syms.funcdef:
+            if any(leaf.type == token.NAME and leaf.value == "string" for leaf in node.children[2].leaves()):
+                return True
+            if find_binding("string", node.children[-1]):
+                return True
+    return False
 
 
 def _arguments(nodes):
@@ -73,6 +98,9 @@ def _with_commas(args):
 
 def _wrapped(node):
     """``node`` as the object of a method call: parenthesized unless it is a name, a literal or a call."""
-    if node.type in (token.NAME, token.STRING, token.NUMBER, syms.power, syms.atom):
+    if node.type in (token.NAME, token.STRING, token.NUMBER, syms.atom):
+        return node
+    # ``a ** b`` and ``await x`` are power nodes too, but a method call would bind to ``b`` or ``x``.
+    if node.type == syms.power and not any(c.type in (token.DOUBLESTAR, token.AWAIT) for c in node.children):
         return node
     return parenthesize(node)
