@@ -42,6 +42,40 @@ def test_bvlcs_whole_pycaffe_suite_passes(engine, tmp_path):
     assert done.stdout.strip().splitlines()[-1].startswith("52 passed"), done.stdout[-500:]
 
 
+# A Python whose scikit-image and SciPy cannot be imported (None in sys.modules makes an import
+# raise ImportError), then pycaffe as a runtime that only runs nets uses it.
+WITHOUT_IMAGE_LIBRARIES = """
+import sys
+for name in ("skimage", "scipy"):
+    sys.modules[name] = None
+import numpy as np
+import caffe
+net_file = sys.argv[1]
+with open(net_file, "w") as out:
+    out.write('layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 } } }'
+              'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+              'inner_product_param { num_output: 4 weight_filler { type: "xavier" } } }')
+net = caffe.Net(net_file, caffe.TEST)
+net.blobs["data"].data[...] = np.arange(6).reshape(2, 3)
+print(net.forward()["ip"].shape, caffe.io.Transformer({"data": (2, 3, 1, 1)}).inputs["data"])
+try:
+    caffe.io.load_image(net_file)
+except ImportError as error:
+    print("load_image:", error)
+"""
+
+
+def test_pycaffe_runs_nets_without_scikit_image_or_scipy(engine, tmp_path):
+    """``import caffe``, a net's forward pass and ``caffe.io``'s conversions need neither library:
+    only ``load_image`` and ``resize_image`` import them, when called."""
+    done = subprocess.run([sys.executable, "-c", WITHOUT_IMAGE_LIBRARIES, str(tmp_path / "net.prototxt")],
+                          env=with_pycaffe(engine), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "(2, 4) (2, 3, 1, 1)"
+    assert lines[1].startswith("load_image: ") and "skimage" in lines[1]
+
+
 def test_load_image_gives_what_bvlc_documents(caffe, tmp_path):
     """``caffe.io.load_image``: H x W x 3 float32 RGB in [0, 1], or H x W x 1 with ``color=False``, from a
     colour PNG and from a grey one."""

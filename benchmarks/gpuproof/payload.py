@@ -1,10 +1,13 @@
-"""The GPU proof's payload, made here: everything the GPU machine needs, in three folders.
+"""The GPU proof's payload, made here: everything the GPU machine needs, in four folders.
 
 The GPU machine has no Caffe toolchain, no caffetool environment and no network, and at most
-64 MiB travel per call, so the payload is split by what each call needs: ``common/`` (the CUDA
-engine bundle, the nets and solvers, the NCCL check binary, the Python wheels the run step
-imports), ``data/`` (Fashion-MNIST's IDX files, xz-compressed, for the training runs) and ``gtest/`` (Caffe's own
-test suite from a CUDA build tree). A call carries ``common`` and one of the other two.
+64 MiB travel per call (the checkout's own files included), so the payload is split by what each
+call needs: ``common/`` (the bundle of the engine under test, the nets and solvers, the C++
+tools, the allocation logger, the Python wheels the run step imports), ``data/`` (Fashion-MNIST's
+IDX files, xz-compressed, for the training runs), ``baseline/`` (a second engine, carried as the
+files in which it differs from the first: :mod:`gpuproof.enginediff`) and ``gtest/`` (Caffe's own
+test suite from a CUDA build tree). :data:`CALLS` names the folders each call carries; the payload
+is refused when a call's would not fit.
 """
 
 from __future__ import annotations
@@ -19,32 +22,68 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from gpuproof import allocations, enginediff, waits
 from gpuproof import nets as proof_nets
 
 FASHION_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                  "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+PROJECT = Path(__file__).resolve().parents[2]
 WORK = Path("/tmp/gpu-proof")  # where the run step unpacks and installs on the GPU machine
 ENGINE_LIB = WORK / "engine" / "lib"
 # What the run step imports beyond the GPU machine's own Python (3.12): caffetool's bundle
 # installer, LMDB writer and log parser need these.
 WHEELS = ("zstandard==0.25.0", "platformdirs==4.14.8", "lmdb==3.0.0", "pyelftools==0.33")
+BASELINE = "baseline"  # the payload's folder holding the second engine
+LOGGER = Path("common") / "bin" / allocations.LIBRARY  # inside the payload
+WAITS = Path("common") / "bin" / waits.LIBRARY
+# The folders each call carries: the run with both engines, PyTorch and the memory record; the test suite.
+CALLS: dict[str, tuple[str, ...]] = {"training,torch,memory": ("common", "data", BASELINE),
+                                     "gtest": ("common", "gtest")}
+CARRIED = 64 * 2**20  # a call's working tree and carried folders together
+# zstd level of the payload's bundle: 19 makes it about a seventh smaller than caffetool's default
+# of 10, room the two-engine call needs, for a minute or two more here.
+LEVEL = 19
 
 
-def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, say=print) -> None:
-    """Write ``out/common``, ``out/data`` and (given a kept test suite) ``out/gtest``."""
+class PayloadTooLarge(Exception):
+    """A call's folders and the checkout together exceed what one call carries."""
+
+
+def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, baseline: Path | None = None,
+            level: int = LEVEL, say=print) -> dict[str, int]:
+    """Write ``out/common``, ``out/data``, (given a second engine) ``out/baseline`` and (given a
+    kept test suite) ``out/gtest``, built beside ``out`` and moved into place only when every
+    call's folders fit; returns each folder's size in bytes."""
+    from caffetool import fsio
+
+    with fsio.staged_dir(out) as staged:
+        write_payload(staged, prefix, fashion, gtest, baseline, level, say)
+        sizes = {part.name: folder_bytes(part) for part in sorted(staged.iterdir()) if part.is_dir()}
+        tree = tree_bytes(PROJECT)
+        for name, size in sizes.items():
+            say(f"payload {out / name}: {size / 2**20:.1f} MiB")
+        say(f"the checkout's own files (they travel with every call): {tree / 2**20:.1f} MiB")
+        check_fits(sizes, tree)
+    return sizes
+
+
+def write_payload(out: Path, prefix: Path, fashion: Path, gtest: Path | None, baseline: Path | None, level: int,
+                  say=print) -> None:
     from caffetool.engine import bundles, import_caffe, locate
 
     caffe = import_caffe(locate(prefix, probe=False))  # the nets are written by the engine they run on
-    if out.exists():
-        shutil.rmtree(out)
     common = out / "common"
     (common / "nets").mkdir(parents=True)
-    made = bundles.make(prefix, common / "engine.tar.zst")
+    made = bundles.make(prefix, common / "engine.tar.zst", level=level, say=say)
     cuda = made.cuda or {}
     say(f"bundle: {made.size / 2**20:.1f} MiB, CUDA {cuda.get('major')}, built against {cuda.get('built_against')}")
+    if baseline is not None:
+        pack_baseline(made.path, baseline, out / BASELINE, say)
     write_nets(caffe, common / "nets")
     for tool in TOOLS:
         build_tool(prefix, tool, common / "bin" / tool, cuda)
+    allocations.build(out / LOGGER)
+    waits.build(out / WAITS)
     download_wheels(common / "wheels")
     (out / "data").mkdir()
     for name in FASHION_FILES:  # xz: 4.4 MiB less than gzip, room the 64 MiB a call carries needs
@@ -54,9 +93,54 @@ def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, say=prin
     if gtest is not None:
         (out / "gtest").mkdir()
         pack_gtest(gtest, out / "gtest", cuda)
-    for part in sorted(p for p in out.iterdir() if p.is_dir()):
-        size = sum(p.stat().st_size for p in part.rglob("*") if p.is_file())
-        say(f"payload {part}: {size / 2**20:.1f} MiB")
+
+
+def pack_baseline(first: Path, prefix: Path, folder: Path, say=print) -> None:
+    """The engine at ``prefix`` as the files in which its bundle differs from ``first`` (a bundle),
+    its own bundle made at zstd's fastest level only to be compared and dropped."""
+    from caffetool.engine import bundles
+
+    scratch = folder.parent / ".baseline-bundle"
+    scratch.mkdir()
+    try:
+        second = bundles.make(prefix, scratch / "engine.tar.zst", level=1, say=lambda _: None).path
+        listing = enginediff.pack(first, second, folder)
+    finally:
+        shutil.rmtree(scratch)
+    say(f"baseline {prefix}: {len(listing['changed'])} members differ from the engine under test "
+        f"({', '.join(listing['changed'][:6])}{', ...' if len(listing['changed']) > 6 else ''}), "
+        f"{len(listing['removed'])} absent")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def tree_bytes(project: Path) -> int:
+    """What a call sends of the checkout itself: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(["git", "-C", str(project), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    return sum((project / name).lstat().st_size for name in set(listed) if name and (project / name).exists())
+
+
+def check_fits(sizes: dict[str, int], tree: int, limit: int = CARRIED) -> None:
+    """Refuse a payload one of whose calls (:data:`CALLS`, the folders the payload has) would carry
+    more than ``limit`` bytes with the checkout's ``tree`` bytes."""
+    over = []
+    for call, parts in CALLS.items():
+        present = [part for part in parts if part in sizes]
+        if "common" not in present or len(present) == 1:
+            continue  # a call this payload does not make (no data, or no test suite kept)
+        total = tree + sum(sizes[part] for part in present)
+        if total > limit:
+            over.append(f"the {call} call carries {total / 2**20:.1f} MiB ("
+                        + " + ".join(f"{part}/ {sizes[part] / 2**20:.1f}" for part in present)
+                        + f" + the checkout {tree / 2**20:.1f})")
+    if over:
+        raise PayloadTooLarge("; ".join(over) + f", over the {limit / 2**20:.0f} MiB a call carries: build the "
+                              "engines without OpenCV and for sm_90 alone (`caffetool engine.compile-check "
+                              "--cuda-arch 90 --cmake-arg=-DUSE_OPENCV=OFF`)"
+                              + (", or prepare without --baseline" if sizes.get(BASELINE) else ""))
 
 
 def data_name(name: str) -> str:

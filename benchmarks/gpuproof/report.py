@@ -77,11 +77,33 @@ def lines(r: dict, estimated: dict[str, dict[str, int]] | None) -> list[str]:
     install = r.get("install", {})
     out.append(f"device: {dq.get('nvidia_smi')}; bundle installed in {install.get('seconds')} s; "
                f"running with {install.get('running_with')}")
-    for key in ("lenet_cudnn", "lenet_cudnn_find", "lenet_caffe"):
+    if "changed" in r.get("install_baseline", {}):
+        x = r["install_baseline"]
+        out.append(f"baseline engine: {len(x['changed'])} files differ ({', '.join(x['changed'][:4])}), "
+                   f"patches {x.get('patches')}")
+    runs = ["lenet_cudnn", "lenet_cudnn_find", "lenet_caffe"] + [
+        f"lenet_{engine}_{n}" for n in (1, 2) for engine in ("baseline", "nographs", "graphs")]
+    for key in runs:
         x = r.get(key, {})
         if "seconds" in x:
-            out.append(f"{key}: {x['seconds']} s wall, {x['iterations']} iterations ({x['iter_per_s']} iter/s at the "
-                       f"end), accuracy {x['final_accuracy']}, GPU utilisation {x['gpu_util_mean']}% mean, exit {x['exit']}")
+            line = (f"{key}: {x['seconds']} s wall, {x['iterations']} iterations ({x['iter_per_s']} iter/s at the "
+                    f"end), accuracy {x['final_accuracy']}, GPU utilisation {x['gpu_util_mean']}% mean, exit {x['exit']}")
+            if "training_seconds" in x:
+                line += (f"; training {x['training_seconds']} s for iterations 100-{100 + x['timed_iters']} "
+                         f"({x['training_iter_per_s']} iter/s)")
+            if x.get("cuda_graph_lines"):
+                line += f"; {x['cuda_graph_lines'][0]}"
+            out.append(line)
+    for key in ("torch_eager", "torch_graphs"):
+        x = r.get(key, {})
+        if "timed_s" in x:
+            out.append(f"{key}: PyTorch {x['torch']}, training {x['timed_s']:.3f} s for {x['timed_iters']} iterations "
+                       f"({x['iters_per_s']:.1f} iter/s), test accuracy {x.get('test_accuracy')}, {x['seconds']} s wall")
+    for key, x in sorted(r.items()):
+        if key.startswith("allocations_") and "peak_live_bytes" in x:
+            out.append(f"{key}: Caffe's own cudaMalloc peak {x['peak_live_bytes'] / MIB:,.1f} MiB live in "
+                       f"{len(x['sizes_at_peak'])} blocks ({x['allocations']} calls), NVML over the idle card "
+                       f"{x['used'] / MIB:,.1f} MiB")
     out.append(f"published 4 x Tesla M40: {PUBLISHED_M40['seconds']} s, accuracy {PUBLISHED_M40['accuracy']}")
     if "identical" in r.get("lenet_reproducible", {}):
         x = r["lenet_reproducible"]

@@ -1,36 +1,35 @@
-"""The GPU proof's run step, on the GPU machine (Python 3.12, the payload's wheels, no caffetool venv).
+"""The GPU proof's groups of steps, on the GPU machine (Python 3.12, the payload's wheels, no caffetool venv).
 
-Each step records its figures, or its error, in ``results.json`` (rewritten after every step, so a
-call cut short still returns what it measured) and the next step runs either way. Steps come in
-groups, one or more per call: ``training`` (LeNet on cuDNN; the same seed twice; NCCL on one GPU;
-the 1x1 case), ``compare`` (LeNet with cuDNN's timed choice and on Caffe's kernels), ``time`` (``caffe time`` of four nets on cuDNN and on
-Caffe's kernels), ``memory`` (the calibration nets and the published nets against the estimate),
-``gtest`` (Caffe's whole test suite, sharded over the cores: the GPU tests are latency-bound).
+Each step records its figures, or its error, in ``results.json`` (:class:`gpuproof.proof.Proof`)
+and the next step runs either way. Steps come in groups, one or more per call: ``training`` (LeNet
+on the baseline engine and on the engine under test with CUDA graphs off and on, twice each, and
+VGG-16's ``caffe time`` on both engines (:mod:`gpuproof.versus`); the same seed twice; NCCL on one
+GPU; the 1x1 case), ``torch`` (the same LeNet in PyTorch, eager and as a CUDA graph), ``compare``
+(LeNet with cuDNN's timed choice and on Caffe's kernels), ``time`` (``caffe time`` of five nets on
+cuDNN and on Caffe's kernels), ``memory`` (Caffe's own allocations logged call by call for the
+three nets whose estimates are off, then the calibration nets and the published nets against the
+estimate), ``host`` (where LeNet's GPU time goes), ``gtest`` (Caffe's test suite, continued across
+calls: :mod:`gpuproof.gtestrun`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import lzma
-import os
 import re
 import shutil
 import subprocess
 import tarfile
-import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from gpuproof import allocations, enginediff, gtestrun, versus
 from gpuproof import nets as proof_nets
-from gpuproof.payload import WORK, data_name
+from gpuproof.payload import BASELINE, LOGGER, WORK
+from gpuproof.proof import Proof, caffe_time, cudnn_choices, fashion_data, tool, train
 
-GROUPS = ("training", "time", "memory", "gtest", "compare", "host")
-CUDNN_LINE = re.compile(r"cuDNN (?P<layer>\S+) (?P<direction>forward|backward filter|backward data): "
-                        r"(?P<algo>\S+), workspace (?P<bytes>\d+) bytes, (?P<math>\S+) math")
-# Settings of the engine's cuDNN convolutions (patch 0006), per variant.
+GROUPS = ("training", "torch", "time", "memory", "gtest", "compare", "host")
 VARIANTS: dict[str, dict[str, str]] = {
     "cudnn": {},
     "cudnn_find": {"CAFFE_CUDNN_ALGO": "find"},
@@ -42,89 +41,8 @@ VGG_EXTRA: dict[str, dict[str, str]] = {
     "cudnn_find_ws1024": {"CAFFE_CUDNN_ALGO": "find", "CAFFE_CUDNN_WORKSPACE_MB": "1024"},
     "cudnn_tf32": {"CAFFE_CUDNN_TF32": "1"},
 }
-
-
-class Proof:
-    """The run: where the engine is, the results so far, and the time left."""
-
-    def __init__(self, payload: Path, out: Path, budget: float) -> None:
-        self.payload, self.out = payload.resolve(), out.resolve()
-        self.deadline = time.monotonic() + budget
-        self.results: dict = {"host": os.uname().nodename}
-        self.caffe = WORK / "engine" / "bin" / "caffe"
-        self.env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-        self.env["GLOG_logtostderr"] = "1"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "logs").mkdir(exist_ok=True)
-
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def do(self, name: str, fill: Callable[[dict], object], needs: float = 0) -> dict:
-        """Run step ``name``: ``fill`` records its figures in the step's entry; an error is recorded
-        instead of raised; skipped when less than ``needs`` seconds are left."""
-        entry = self.results.setdefault(name, {})
-        if self.left() < needs:
-            entry["skipped"] = f"{self.left():.0f} s left, needs {needs:.0f}"
-            print(f"== {name}: skipped", flush=True)
-        else:
-            print(f"== {name}", flush=True)
-            start = time.perf_counter()
-            try:
-                fill(entry)
-            except Exception:  # noqa: BLE001 - the proof records every failure and goes on
-                entry["error"] = traceback.format_exc()[-2000:]
-                print(entry["error"], flush=True)
-            entry["step_seconds"] = round(time.perf_counter() - start, 2)
-        (self.out / "results.json").write_text(json.dumps(self.results, indent=1))
-        return entry
-
-    def log(self, name: str) -> Path:
-        return self.out / "logs" / f"{name}.log"
-
-    def caffe_run(self, args: list[str], cwd: Path, log: Path, extra: dict[str, str] | None = None,
-                  timeout: float | None = None, wrap: list[str] | None = None) -> tuple[int, float]:
-        """``caffe ARGS`` in ``cwd`` (under ``wrap``, e.g. taskset), stderr into ``log``: exit
-        status and wall seconds."""
-        start = time.perf_counter()
-        with open(log, "w") as out:
-            done = subprocess.run([*(wrap or []), str(self.caffe), *args], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                  env={**self.env, **(extra or {})}, timeout=timeout)
-        return done.returncode, round(time.perf_counter() - start, 2)
-
-
-class Sampler(threading.Thread):
-    """NVML samples of GPU 0: utilisation (percent of time a kernel ran) and used memory."""
-
-    def __init__(self, period: float) -> None:
-        super().__init__(daemon=True)
-        import pynvml
-
-        pynvml.nvmlInit()
-        self.nvml, self.handle, self.period = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0), period
-        self.util: list[int] = []
-        self.used: list[int] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.util.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
-            self.used.append(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
-            self.stop.wait(self.period)
-
-    def finish(self) -> dict:
-        self.stop.set()
-        self.join()
-        busy = [u for u in self.util if u > 0]
-        return {"gpu_util_mean": round(sum(self.util) / max(1, len(self.util)), 1),
-                "gpu_util_busy_mean": round(sum(busy) / max(1, len(busy)), 1), "samples": len(self.util),
-                "peak_used": max(self.used, default=0)}
-
-
-def cudnn_choices(log: Path) -> list[dict]:
-    """The algorithms the engine's convolutions chose (patch 0006 logs one line per choice)."""
-    return [{**m.groupdict(), "bytes": int(m.group("bytes"))}
-            for m in CUDNN_LINE.finditer(log.read_text(errors="replace"))]
+# The memory nets whose estimates were furthest off (record of 2026-11-27): (net, engine).
+LOGGED = (("lenet", "caffe"), ("caffenet", "caffe"), ("lenet", "cudnn"))
 
 
 # ---- common -----------------------------------------------------------------------------------
@@ -160,7 +78,15 @@ def install(proof: Proof) -> None:
                               "--format=csv,noheader"], capture_output=True, text=True)
         entry["nvidia_smi"] = smi.stdout.strip()
 
+    def second(entry: dict) -> None:
+        listing = enginediff.install_copy(WORK / "engine", proof.payload / BASELINE, WORK / "baseline")
+        entry.update(changed=listing["changed"], removed=listing["removed"])
+        built = json.loads((WORK / "baseline" / "caffetool-engine.json").read_text())
+        entry["patches"] = [patch.get("name") for patch in built.get("patches", [])]
+
     proof.do("install", unpack)
+    if (proof.payload / BASELINE / enginediff.LISTING).exists():
+        proof.do("install_baseline", second)
     proof.do("device_query", query)
     proof.do("gpu_facts", gpu_facts)
     nets = WORK / "nets"
@@ -204,46 +130,28 @@ def gpu_facts(entry: dict) -> None:
 
 # ---- training ---------------------------------------------------------------------------------
 
-def train(proof: Proof, name: str, solver: str, extra: dict[str, str], needs: float,
-          wrap: list[str] | None = None) -> None:
-    """``caffe train -gpu all`` of ``solver``, NVML sampled every 50 ms: wall seconds, accuracy,
-    utilisation and the cuDNN choices."""
-    from caffetool.runs import logparse
-
-    def fill(entry: dict) -> None:
-        sampler = Sampler(0.05)
-        sampler.start()
-        try:
-            code, seconds = proof.caffe_run(["train", f"-solver={solver}", "-gpu", "all"], WORK / "nets",
-                                            proof.log(name), extra, timeout=max(10.0, proof.left() - 5), wrap=wrap)
-        finally:
-            figures = sampler.finish()
-        metrics = logparse.parse_file(proof.log(name))
-        entry.update(exit=code, seconds=seconds, settings=extra, final_accuracy=metrics.latest("accuracy"),
-                     final_loss=metrics.latest("loss"), iterations=metrics.iteration,
-                     iter_per_s=metrics.iter_per_s, testing_seconds=metrics.testing_seconds,
-                     fatal=metrics.fatal, cudnn=cudnn_choices(proof.log(name)), **figures)
-    proof.do(name, fill, needs)
-
-
 def training(proof: Proof) -> None:
     nets = WORK / "nets"
 
     def reproducible(entry: dict) -> None:
+        """The same seed twice, then once more with the CUDA graphs off: the weights of all three."""
         digests = []
-        for run in ("a", "b"):
+        for run, flags in (("a", []), ("b", []), ("eager", list(versus.NO_GRAPHS))):
             folder = WORK / f"repro_{run}"
             shutil.copytree(nets, folder, dirs_exist_ok=True)
-            code, seconds = proof.caffe_run(["train", "-solver=lenet_seeded_solver.prototxt", "-gpu", "0"], folder,
-                                            proof.log(f"lenet_repro_{run}"))
+            code, seconds = proof.caffe_run(["train", "-solver=lenet_seeded_solver.prototxt", "-gpu", "0", *flags],
+                                            folder, proof.log(f"lenet_repro_{run}"))
             model = folder / "seeded_iter_2000.caffemodel"
             digests.append(hashlib.sha256(model.read_bytes()).hexdigest() if model.exists() else None)
             entry[f"run_{run}"] = {"exit": code, "seconds": seconds}
-        entry.update(sha256=digests, identical=digests[0] is not None and digests[0] == digests[1])
+        entry.update(sha256=digests, identical=digests[0] is not None and digests[0] == digests[1],
+                     graphs_equal_eager=digests[0] is not None and digests[0] == digests[2])
 
-    proof.do("data", lambda entry: entry.update(seconds=convert_fashion(proof)), 20)
-    train(proof, "lenet_cudnn", "lenet_cudnn_solver.prototxt", {}, 40)
-    proof.do("lenet_reproducible", reproducible, 30)
+    fashion_data(proof)
+    versus.engines(proof)
+    versus.host_waits(proof)
+    versus.vgg16_time(proof)
+    proof.do("lenet_reproducible", reproducible, 45)
     proof.do("nccl_one_gpu", lambda entry: nccl(proof, entry), 30)
     proof.do("cudnn_1x1_single_channel", lambda entry: entry.update(
         one_step(proof, "cudnn_1x1", proof_nets.conv_chain("CUDNN", 1, channels=1, kernel=1, size=8))), 15)
@@ -257,17 +165,6 @@ def nccl(proof: Proof, entry: dict) -> None:
                  nccl=[line.split("] ", 1)[-1] for line in text.splitlines() if "NCCL" in line][:6])
 
 
-def tool(proof: Proof, name: str, args: list[str]) -> tuple[str, int, float]:
-    """One of the payload's C++ tools run in the nets folder: its output, exit status and seconds."""
-    binary = proof.payload / "common" / "bin" / name
-    binary.chmod(0o755)
-    start = time.perf_counter()
-    with open(proof.log(name), "w") as log:
-        done = subprocess.run([str(binary), *args], cwd=WORK / "nets", stdout=log, stderr=subprocess.STDOUT,
-                              env=proof.env, timeout=max(10.0, proof.left() - 5))
-    return proof.log(name).read_text(errors="replace"), done.returncode, round(time.perf_counter() - start, 2)
-
-
 HOST_LINE = re.compile(r"^(?P<what>.+?)\s+host\s+(?P<host>[\d.]+) us\s+wall\s+(?P<wall>[\d.]+) us$")
 
 
@@ -276,8 +173,7 @@ def host(proof: Proof) -> None:
     (``benchmarks/gpu_host_time.cpp``), and 2,000 training iterations of LeNet varied one part at a
     time (all on cuDNN, only the convolutions, none; no Data layer), twice as published and once
     with the process held to two cores; then NCCL on one GPU."""
-    if "seconds" not in proof.results.get("data", {}):
-        proof.do("data", lambda entry: entry.update(seconds=convert_fashion(proof)), 20)
+    fashion_data(proof)
 
     def host_time(entry: dict, net: str) -> None:
         text, code, seconds = tool(proof, "gpu_host_time", [net, "1000"])
@@ -302,32 +198,14 @@ def host(proof: Proof) -> None:
 def compare(proof: Proof) -> None:
     """LeNet with cuDNN's timed algorithm choice and on Caffe's own kernels: figures beside the
     proof's, not targets, so they run last."""
-    if "seconds" not in proof.results.get("data", {}):
-        proof.do("data", lambda entry: entry.update(seconds=convert_fashion(proof)), 20)
+    fashion_data(proof)
     train(proof, "lenet_cudnn_find", "lenet_cudnn_solver.prototxt", VARIANTS["cudnn_find"], 40)
     train(proof, "lenet_caffe", "lenet_caffe_solver.prototxt", {}, 120)
-
-
-def convert_fashion(proof: Proof) -> float:
-    """Fashion-MNIST's IDX files into LMDB with the bundle's own ``convert_mnist_data``."""
-    start = time.perf_counter()
-    for split, stem in (("train", "train"), ("test", "t10k")):
-        raw = {}
-        for kind in ("images-idx3", "labels-idx1"):
-            raw[kind] = WORK / f"{stem}-{kind}-ubyte"
-            with lzma.open(proof.payload / "data" / data_name(f"{stem}-{kind}-ubyte.gz")) as src, \
-                    open(raw[kind], "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        subprocess.run([str(WORK / "engine" / "bin" / "convert_mnist_data"), str(raw["images-idx3"]),
-                        str(raw["labels-idx1"]), str(WORK / "data" / f"{split}_lmdb"), "--backend=lmdb"],
-                       check=True, capture_output=True, env=proof.env)
-    return round(time.perf_counter() - start, 2)
 
 
 # ---- caffe time -------------------------------------------------------------------------------
 
 def timing(proof: Proof) -> None:
-    nets = WORK / "nets"
     runs = [(name, batch, variant, VARIANTS[variant]) for name, batch in proof_nets.TIME_NETS for variant in VARIANTS]
     runs.sort(key=lambda run: run[0] != "vgg16")  # the target's net first
     runs += [("vgg16", 64, variant, extra) for variant, extra in VGG_EXTRA.items()]
@@ -337,31 +215,8 @@ def timing(proof: Proof) -> None:
 
         def fill(entry: dict, key: str = key, name: str = name, batch: int = batch, engine: str = engine,
                  extra: dict = extra) -> None:
-            code, seconds = proof.caffe_run(["time", f"-model=time_{name}_{engine}.prototxt", "-gpu", "0",
-                                             "-iterations", str(proof_nets.TIME_ITERATIONS.get(name, 20))],
-                                            nets, proof.log(key), extra,
-                                            timeout=max(10.0, proof.left() - 5))
-            entry.update(exit=code, batch=batch, seconds=seconds, settings=extra, cudnn=cudnn_choices(proof.log(key)),
-                         **time_figures(proof.log(key).read_text(errors="replace")))
+            entry.update(batch=batch, **caffe_time(proof, key, name, engine, extra))
         proof.do(key, fill, 30)
-
-
-def time_figures(log: str) -> dict:
-    """``caffe time``'s averages, and forward + backward without the data layer: DummyData refills
-    its Gaussian blob on the CPU at every forward pass, which is input generation, not the net."""
-    averages, layers = {}, {}
-    for line in log.splitlines():
-        for label in ("Average Forward pass", "Average Backward pass", "Average Forward-Backward"):
-            if label in line:
-                averages[label] = float(line.split(":")[-1].split()[0])
-        text = line.split("] ", 1)[-1].strip()
-        if "\tforward: " in text or "\tbackward: " in text:
-            name, rest = text.split("\t", 1)
-            direction, value = rest.split(": ")
-            layers.setdefault(name.strip(), {})[direction] = float(value.split()[0])
-    data = sum(layers.get("data", {}).values())
-    total = averages.get("Average Forward-Backward")
-    return {"ms": averages, "data_layer_ms": data, "net_ms": None if total is None else round(total - data, 3)}
 
 
 # ---- memory -----------------------------------------------------------------------------------
@@ -383,6 +238,11 @@ CALIBRATION: dict[str, Callable[[], str]] = {
 def memory(proof: Proof) -> None:
     plan = json.loads((proof.payload / "common" / "nets" / "plan.json").read_text())
     make_lmdb(WORK / "data" / "memory_tiny", 4, (2, 1, 1), 2)
+    for name, engine in LOGGED:
+        info = plan[name]
+        make_lmdb(WORK / "data" / f"memory_{name}", info["batch"] + 2, tuple(info["shape"]), info["classes"])
+        proof.do(f"allocations_{name}_{engine}", lambda entry, name=name, engine=engine: entry.update(
+            logged_step(proof, name, engine, plan[name]["batch"])), 20)
     for name, text in CALIBRATION.items():
         proof.do(f"memory_{name}", lambda entry, name=name, text=text: entry.update(
             one_step(proof, name, text().replace(proof_nets.DATA, str(WORK / "data")), test=name == "data_2")), 15)
@@ -395,10 +255,24 @@ def memory(proof: Proof) -> None:
             proof.do(f"memory_{name}_{variant}", fill, 30)
 
 
-def one_step(proof: Proof, name: str, net: str, test: bool = False) -> dict:
+def logged_step(proof: Proof, name: str, engine: str, batch: int) -> dict:
+    """One memory step of ``memory_NAME_ENGINE`` with every ``cudaMalloc``/``cudaFree`` of
+    ``libcaffe`` logged (:mod:`gpuproof.allocations`): NVML's peak beside Caffe's own live bytes."""
+    log = proof.log(f"allocations_{name}_{engine}_calls")
+    log.unlink(missing_ok=True)
+    library = proof.payload / LOGGER
+    net = (WORK / "nets" / f"memory_{name}_{engine}.prototxt").read_text()
+    figures = one_step(proof, f"{name}_{engine}_logged", net, test=True,
+                       extra={"LD_PRELOAD": str(library), allocations.VARIABLE: str(log)})
+    calls = log.read_text() if log.exists() else ""
+    return {"batch": batch, "used": figures["used"], "workspace": figures["workspace"],
+            "logged_lines": len(calls.splitlines()), **allocations.peak(calls)}
+
+
+def one_step(proof: Proof, name: str, net: str, test: bool = False, extra: dict[str, str] | None = None) -> dict:
     """Peak device memory over the idle card while ``caffe train`` builds the solver, tests once
     (``test``) and steps once (caffetool's ``memory.measure --mode gpu`` mechanism), and the cuDNN
-    choices it logged."""
+    choices it logged; ``extra`` is added to the process's environment."""
     from caffetool.memory import gpumeasure
 
     folder = WORK / f"mem_{name}"
@@ -410,7 +284,7 @@ def one_step(proof: Proof, name: str, net: str, test: bool = False) -> dict:
                                             f'momentum: 0.9 max_iter: {gpumeasure.STEPS} snapshot_after_train: false '
                                             'solver_mode: GPU')
     try:
-        used = gpumeasure.peak_of_one_step(proof.caffe, folder, 0, gpumeasure.nvml(), proof.env)
+        used = gpumeasure.peak_of_one_step(proof.caffe, folder, 0, gpumeasure.nvml(), {**proof.env, **(extra or {})})
     finally:
         if (folder / "caffe.log").exists():
             shutil.copyfile(folder / "caffe.log", proof.log(f"memory_{name}"))
@@ -436,114 +310,17 @@ def make_lmdb(path: Path, records: int, shape: tuple[int, ...], classes: int) ->
     env.close()
 
 
-# ---- Caffe's test suite -----------------------------------------------------------------------
-
-SUMMARY = re.compile(r"^\[==========\] (\d+) tests? from \d+ test cases? ran")
-OK = re.compile(r"^\[       OK \] (\S+)")
-FAILED = re.compile(r"^\[  FAILED  \] (\S+?),?( .*)?$")
-
-
-def gtest(proof: Proof, shards: int) -> None:
-    """Caffe's whole suite (CPU and GPU tests) in ``shards`` processes on the one GPU (googletest's
-    own sharding), then every failed test once more alone: a test that passes alone failed only
-    for the company (the timer tests measure wall time)."""
-    import zstandard
-
-    root = WORK / "gtest"
-    binary = root / "bin" / "test.testbin"
-    source = Path((proof.payload / "gtest" / "gtest.txt").read_text().strip())
-
-    def unpack(entry: dict) -> None:
-        with open(proof.payload / "gtest" / "gtest.tar.zst", "rb") as raw, \
-                zstandard.ZstdDecompressor().stream_reader(raw) as zst, tarfile.open(fileobj=zst, mode="r|") as tar:
-            tar.extractall(root)
-        shutil.copytree(root / source.relative_to("/") / "src", source / "src", dirs_exist_ok=True)
-        binary.chmod(0o755)
-        entry["source"] = str(source)
-
-    def suite(entry: dict) -> None:
-        start = time.perf_counter()
-        procs = []
-        mps = start_mps(proof)
-        entry["mps"] = mps is not None
-        for index in range(shards):
-            log = open(proof.log(f"gtest_shard{index}"), "w")
-            env = {**proof.env, **(mps or {}), "GTEST_TOTAL_SHARDS": str(shards), "GTEST_SHARD_INDEX": str(index)}
-            procs.append((subprocess.Popen([str(binary)], cwd=source, stdout=log, stderr=subprocess.STDOUT,
-                                           env=env), log))
-        codes: list[int | str] = []
-        for proc, log in procs:
-            try:
-                codes.append(proc.wait(timeout=max(5.0, proof.left() - 60)))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                codes.append("killed at the time limit")
-            log.close()
-        stop_mps(mps)
-        ran = ok = 0
-        failed: list[str] = []
-        aborted: list[str] = []  # a shard that died (a CHECK aborts the binary): the test it was in
-        for index in range(shards):
-            lines = proof.log(f"gtest_shard{index}").read_text(errors="replace").splitlines()
-            for line in lines:
-                if m := SUMMARY.match(line):
-                    ran += int(m.group(1))
-                elif OK.match(line):
-                    ok += 1
-                elif (m := FAILED.match(line)) and "." in m.group(1) and m.group(1) not in failed:
-                    failed.append(m.group(1))
-            running = [line.split("]", 1)[1].strip() for line in lines if line.startswith("[ RUN      ]")]
-            if running and not any(SUMMARY.match(line) for line in lines):
-                aborted.append(running[-1])
-        entry.update(shards=shards, exits=codes, seconds=round(time.perf_counter() - start, 1), tests_run=ran,
-                     tests_ok=ok, failed=failed, aborted=aborted)
-
-    def rerun(entry: dict) -> None:
-        failed = proof.results["caffe_test_suite"]["failed"] + proof.results["caffe_test_suite"]["aborted"]
-        with open(proof.log("gtest_rerun"), "w") as log:
-            code = subprocess.run([str(binary), f"--gtest_filter={':'.join(failed)}"], cwd=source, stdout=log,
-                                  stderr=subprocess.STDOUT, env=proof.env,
-                                  timeout=max(5.0, proof.left() - 10)).returncode
-        lines = proof.log("gtest_rerun").read_text(errors="replace").splitlines()
-        passed = {m.group(1) for line in lines if (m := OK.match(line))}
-        entry.update(exit=code, tests_ok=len(passed), still_failed=sorted(set(failed) - passed))
-
-    proof.do("gtest_unpack", unpack)
-    proof.do("caffe_test_suite", suite, 60)
-    if proof.results["caffe_test_suite"].get("failed") or proof.results["caffe_test_suite"].get("aborted"):
-        proof.do("caffe_test_suite_rerun", rerun, 20)
-
-
-def start_mps(proof: Proof) -> dict[str, str] | None:
-    """NVIDIA's Multi-Process Service for the shards, where the machine has it: without it the
-    shards' contexts take turns on the GPU in time slices, and the suite's GPU tests (gradient checks:
-    thousands of tiny kernels, each followed by a wait) ran 100-190 s each in 12 shards (record of
-    2026-11-27) instead of running side by side. The environment the shards need, or None."""
-    control = shutil.which("nvidia-cuda-mps-control")
-    if control is None:
-        return None
-    env = {"CUDA_MPS_PIPE_DIRECTORY": str(WORK / "mps-pipe"), "CUDA_MPS_LOG_DIRECTORY": str(WORK / "mps-log")}
-    for folder in env.values():
-        Path(folder).mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([control, "-d"], env={**os.environ, **env}, capture_output=True, text=True)
-    return env if done.returncode == 0 else None
-
-
-def stop_mps(env: dict[str, str] | None) -> None:
-    if env is not None:
-        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env={**os.environ, **env},
-                       capture_output=True, timeout=30)
-
-
-def run(payload: Path, out: Path, groups: list[str], budget: float, shards: int) -> dict:
+def run(payload: Path, out: Path, groups: list[str], budget: float, shards: int, done: Path | None = None) -> dict:
+    """Install the payload's engines, then each group in turn; ``done`` (for ``gtest``): the tests
+    finished in earlier calls."""
     proof = Proof(payload, out, budget)
     install(proof)
     for group in groups:
         if group == "gtest":
-            gtest(proof, shards)
+            gtestrun.gtest(proof, shards, done)
         else:
-            {"training": training, "time": timing, "memory": memory, "compare": compare, "host": host}[group](proof)
+            {"training": training, "torch": versus.torch_anchor, "time": timing, "memory": memory,
+             "compare": compare, "host": host}[group](proof)
     (out / "results.json").write_text(json.dumps(proof.results, indent=1))
     with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:  # one file: few files come back
         tar.add(out / "logs", arcname="logs")
@@ -557,7 +334,8 @@ def summary(results: dict) -> dict:
     for key, value in results.items():
         if not isinstance(value, dict):
             continue
-        short[key] = {k: v for k, v in value.items() if k not in ("lines", "error", "cudnn", "patches", "built_against")}
+        short[key] = {k: v for k, v in value.items()
+                      if k not in ("lines", "error", "cudnn", "patches", "built_against", "sizes_at_peak", "changed")}
         if "error" in value:
             short[key]["error"] = value["error"].strip().splitlines()[-1][:300]
     return short

@@ -51,6 +51,7 @@ FIX_PATCHES: tuple[str, ...] = (
     "0003-cuda-13-device-query.patch",
     "0010-pycaffe-io-on-current-libraries.patch",
     "0011-ssd-inference-layers.patch",
+    "0015-pycaffe-imports-without-scikit-image-and-scipy.patch",
 )
 TUNING_PATCHES: tuple[str, ...] = (
     "0004-openmp-cpu-layers.patch",
@@ -63,7 +64,15 @@ TUNING_PATCHES: tuple[str, ...] = (
 BUILD_PATCHES: tuple[str, ...] = (
     "0008-unity-build-precompiled-headers.patch",
 )
-PROJECT_PATCHES: tuple[str, ...] = FIX_PATCHES + TUNING_PATCHES + BUILD_PATCHES
+# The GPU training loop without host waits: the loss kept on the device, one fused update, the
+# iteration replayed as a CUDA graph. Tuning, so not in a --stock build; written against the tree
+# the unity build's patch leaves, so applied after it.
+GPU_LOOP_PATCHES: tuple[str, ...] = (
+    "0012-gpu-loss-stays-on-the-device.patch",
+    "0013-gpu-fused-solver-update.patch",
+    "0014-gpu-iteration-as-a-cuda-graph.patch",
+)
+PROJECT_PATCHES: tuple[str, ...] = FIX_PATCHES + TUNING_PATCHES + BUILD_PATCHES + GPU_LOOP_PATCHES
 # Applied only to --blas mkl builds (it changes only FindMKL.cmake), so OpenBLAS engines keep theirs.
 MKL_PATCHES: tuple[str, ...] = (
     "0005-mkl-gnu-openmp-threading.patch",
