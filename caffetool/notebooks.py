@@ -16,7 +16,8 @@ stops the kernel before it returns. The notebook itself is only read, and an exe
 (in one rename) only when it is the whole run or shows the cell that raised.
 
 These need the ``notebook`` extra (ipykernel, nbclient, nbformat, and h5py, which BVLC's
-``brewing-logreg`` notebook imports): ``pip install 'caffetool[notebook]'``.
+``brewing-logreg`` notebook imports); without them a task names the command that adds them
+(:func:`caffetool.extras.install_command`).
 """
 
 from __future__ import annotations
@@ -36,13 +37,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from caffetool import fsio, proc
+from caffetool import extras, fsio, proc
 from caffetool.engine import cpu
 from caffetool.engine.locate import QUIET_GLOG, EngineInfo
 from caffetool.errors import ConfigError, RunError
 
 KERNEL_NAME = "caffetool"
-EXTRA = "pip install 'caffetool[notebook]'"
 # jupyter_client's rule for a kernel spec's name (its folder's name), starting with a letter or digit so
 # that "." and ".." cannot name a folder above the kernels; "python3" is ipykernel's own kernel.
 KERNEL_NAME_RULE = re.compile(r"[a-z0-9][a-z0-9._-]*", re.IGNORECASE)
@@ -390,4 +390,5 @@ def _needs(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ConfigError(f"notebooks need the notebook extra, which is not installed: {EXTRA}") from None
+        raise ConfigError(f"notebooks need the notebook extra, which is not installed: "
+                          f"{extras.install_command('notebook')}") from None

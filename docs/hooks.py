@@ -61,9 +61,10 @@ def settings_page() -> str:
 def extras_page() -> str:
     from caffetool.extras import EXTRAS, install_command
 
-    out = ["| extra | adds | install |", "| --- | --- | --- |"]
+    checkout = ("editable", Path("."))  # the command as typed in the checkout, whatever this machine holds
+    out = ["| extra | adds | install (in the checkout) |", "| --- | --- | --- |"]
     for name, extra in EXTRAS.items():
-        out.append(f"| `{name}` | {extra.brings} | `{install_command(name)}` |")
+        out.append(f"| `{name}` | {extra.brings} | `{install_command(name, checkout, '.venv/bin/python')}` |")
     return "\n".join(out)
 
 

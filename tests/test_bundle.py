@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -133,7 +134,7 @@ def test_engine_tasks_bundle_install_and_info(engine, tmp_path, pycaffe_link):
     done = subprocess.run([invoke, "engine.install", "--bundle", str(out), "--prefix", str(prefix)], cwd=PROJECT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "installed from cli.tar.zst" in done.stdout
+    assert re.search(r"^Caffe 1\.0\.0\S* installed from cli\.tar\.zst", done.stdout, re.M), done.stdout
     assert "pycaffe: not linked into this Python (a side prefix" in done.stdout  # import caffe stays as it was
     assert (pycaffe_link.read_text() if pycaffe_link.exists() else None) == before
     linked = subprocess.run([invoke, "engine.install", "--bundle", str(out), "--prefix", str(prefix), "--link-python"],

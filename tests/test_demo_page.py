@@ -1,5 +1,6 @@
 """The demo page's routes: classify many, the test set's examples, the run's page, visualizations;
-their refusals; and the page in a real browser (Debian's Chromium), by mouse and by keyboard."""
+their refusals; and the page in a real browser (Debian's Chromium), by mouse and by keyboard, where
+the documentation's pictures of the demo and run pages are taken (:mod:`tests.screenshots`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from caffetool.demo import multipart, webapp
 from caffetool.demo.routetable import Endpoint, RouteTableError, routed
 from caffetool.runpage import examples, runview
 
-from . import chromium
+from . import chromium, screenshots
 from .conftest import PROJECT
 from .test_demo import free_port, start_server, stop
 
@@ -390,6 +391,71 @@ def page(browser, server):
     assert errors == []
 
 
+# Images shown without a loaded source (a broken-image placeholder and its alt text), once every
+# image the page asked for has arrived or failed.
+UNLOADED = """() => [...document.images]
+  .filter(img => img.checkVisibility() && !(img.complete && img.naturalWidth > 0))
+  .map(img => img.id || img.alt || img.src)"""
+HEADERS = "cells => cells.map(cell => cell.innerText.trim())"
+
+
+def unloaded_images(page) -> list[str]:
+    page.wait_for_function("[...document.images].every(img => img.complete)")
+    return page.evaluate(UNLOADED)
+
+
+# A pair of trousers (the run's data set is Fashion-MNIST) in strokes of the mouse, in the canvas's
+# pixels: a waistband across the top, then each leg down, three strokes wide.
+TROUSERS = ([[(85, y), (195, y)] for y in (30, 45, 60)]
+            + [[(x, 30), (x - 10, 255)] for x in (85, 100, 115)]
+            + [[(x, 30), (x + 10, 255)] for x in (165, 180, 195)])
+
+
+def draw(page, strokes: list[list[tuple[int, int]]]) -> None:
+    """Each stroke dragged by the mouse from point to point, in steps so that the page sees the moves."""
+    box = page.locator("#canvas").bounding_box()
+    for stroke in strokes:
+        page.mouse.move(box["x"] + stroke[0][0], box["y"] + stroke[0][1])
+        page.mouse.down()
+        for x, y in stroke[1:]:
+            page.mouse.move(box["x"] + x, box["y"] + y, steps=10)
+        page.mouse.up()
+
+
+def test_browser_first_view_then_one_upload(page, server, test_records, tmp_path):
+    """Before anything is chosen no image is shown without a source and no results table is shown;
+    after an upload, its classes, its input as the net sees it and a row whose every column is named."""
+    page.wait_for_selector("#examples button >> nth=11")
+    assert unloaded_images(page) == []
+    assert page.is_hidden("#seen") and page.is_hidden("#results")
+    assert page.inner_text("#current-name").startswith("Nothing classified yet")
+    image, label = test_records[0]
+    name = httpx.get(f"{server}/api/model").json()["classes"][label].lower().replace(" ", "-") + ".png"
+    upload = tmp_path / name
+    upload.write_bytes(png_of(image))
+    expected = httpx.post(f"{server}/api/classify", content=upload.read_bytes()).json()["top"][0]["label"]
+    page.set_input_files("#file", str(upload))
+    page.wait_for_selector(f"#results tbody tr td:has-text('{name}')")
+    assert page.inner_text("#predicted") == f"— {expected}"
+    assert page.is_visible("#seen") and unloaded_images(page) == []
+    headers = page.eval_on_selector_all("#results thead th", HEADERS)
+    assert len(headers) == page.locator("#results tbody tr").first.locator("td").count() and all(headers), headers
+    screenshots.save(page, "demo-upload.png", full_page=True)
+
+
+def test_browser_a_drawing_is_classified(page, server):
+    page.wait_for_selector("#examples button >> nth=11")
+    draw(page, TROUSERS)
+    page.click("#classify-drawing")
+    page.wait_for_selector("#results tbody tr td:has-text('drawing')")
+    drawn = page.evaluate("new Promise(done => document.getElementById('canvas').toBlob(done, 'image/png'))"
+                          ".then(blob => blob.arrayBuffer()).then(data => [...new Uint8Array(data)])")
+    expected = httpx.post(f"{server}/api/classify", content=bytes(drawn)).json()["top"][0]["label"]
+    assert page.inner_text("#predicted") == f"— {expected}" == "— Trouser"
+    assert page.locator("#bars .bar").count() == 5 and unloaded_images(page) == []
+    screenshots.save(page, "demo-drawing.png", full_page=True)
+
+
 def test_browser_several_files_give_one_row_each(page, server, test_records, tmp_path):
     paths = []
     for i in range(3):
@@ -465,13 +531,16 @@ def test_browser_visualizations(page, server):
 
 
 def test_browser_run_page_shows_curves_and_the_confusion_matrix(browser, server):
-    page = browser.new_page()
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
     try:
         page.goto(f"{server}/run")
         page.wait_for_load_state("load")
         for image in ("#plot-loss_accuracy_vs_iters", "#plot-lr_vs_iters", "#confusion"):
             assert page.eval_on_selector(image, "img => img.complete && img.naturalWidth") > 0, image
-        assert page.locator("#per-class tbody tr").count() == 10
+        assert page.locator("#per-class tbody tr").count() == 10 and unloaded_images(page) == []
+        screenshots.save(page, "run-page.png")
+        screenshots.save(page.locator("figure:has(#plot-loss_accuracy_vs_iters)"), "training-curves.png")
+        screenshots.save(page.locator("figure:has(#confusion)"), "confusion-matrix.png")
         page.click("text=Classify images")
         page.wait_for_url(server + "/")
     finally:

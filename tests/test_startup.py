@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from caffetool import extras
+
 from .test_cli import CAFFETOOL
 
 
@@ -78,5 +80,5 @@ def test_ray_tasks_without_ray_say_how_to_install_it(tmp_path, task):
                           timeout=120, env=clean_env(), stdin=subprocess.DEVNULL)
     assert done.returncode == 1, done
     assert done.stderr == (f"Error: caffetool {task} needs Ray Tune and Optuna, which are not installed here: "
-                           "pip install 'caffetool[sweep]'\n")
+                           f"{extras.install_command('sweep')}\n")
     assert done.stdout == ""

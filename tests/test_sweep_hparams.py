@@ -4,8 +4,8 @@ a trial), read back with the HParams plugin's own backend, and the real ``tensor
 
 One sweep of 8 trials (a grid of ``base_lr`` and ``type`` with a sampled ``momentum``, 2 samples)
 serves every test but one; a sweep of a project whose net Caffe refuses at one batch size gives a
-failed trial. With ``CAFFETOOL_SCREENSHOTS=FOLDER`` the browser tests also save their screenshots there
-as ``tensorboard-hparams.png`` and ``mlflow-sweep.png`` (the documentation's images).
+failed trial. The browser tests take the documentation's ``tensorboard-hparams.png`` and
+``mlflow-sweep.png`` (:mod:`tests.screenshots`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import pytest
 from caffetool.errors import RunError
 from caffetool.sweep import hparams, leaderboard
 
+from . import screenshots
 from .test_demo import free_port
 from .test_demo_page import browser  # noqa: F401 - the fixture: one Chromium for the module
 from .test_sweep import CAFFETOOL, FIXED_BATCH_NET, SOLVER, leftovers, results
@@ -36,8 +37,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine]
 PARAMS = ("--param", "base_lr=0.001,0.01", "--param", "type=SGD,Adam", "--param", "momentum=uniform:0.8..0.95",
           "--samples", "2")
 TRIALS = 8
-SCREENSHOT = "tensorboard-hparams.png"
-MLFLOW_SCREENSHOT = "mlflow-sweep.png"
 MLFLOW_COLUMNS = ("test0/accuracy", "base_lr", "momentum", "type", "status")  # shown; Dataset, Source, Models hidden
 
 
@@ -265,18 +264,8 @@ def new_page(browser):  # noqa: F811 - the fixture imported above
         page.close()
 
 
-def keep(shot: Path) -> None:
-    """The screenshot, also in ``CAFFETOOL_SCREENSHOTS`` when that names a folder (the documentation's images)."""
-    assert shot.stat().st_size > 10_000
-    if folder := os.environ.get("CAFFETOOL_SCREENSHOTS"):
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, Path(folder) / shot.name)
-
-
-def test_the_dashboard_lists_every_trial_in_a_browser(tensorboard_server: str, sweep: Path, tmp_path: Path,
-                                                      new_page) -> None:
+def test_the_dashboard_lists_every_trial_in_a_browser(tensorboard_server: str, sweep: Path, new_page) -> None:
     trials = sorted(p.name for p in sweep.glob("trial-*"))
-    shot = tmp_path / SCREENSHOT
     page = new_page(1600, 600)
     page.goto(f"{tensorboard_server}/#hparams")
     page.locator("#sessionGroupsTable div.table-cell", has_text=trials[-1]).wait_for(timeout=30_000)
@@ -289,12 +278,11 @@ def test_the_dashboard_lists_every_trial_in_a_browser(tensorboard_server: str, s
         params = manifest(run_dir)["sweep"]["params"]
         assert row["type"] == params["type"] and row["base_lr"] == f"{params['base_lr']:#.5g}"
         assert row["momentum"] == f"{params['momentum']:#.5g}"
-    page.screenshot(path=str(shot))
-    keep(shot)
+    screenshots.save(page, "tensorboard-hparams.png")
 
 
 def test_mlflow_shows_the_sweep_with_its_trials_nested_in_a_browser(mlflow_server: str, sweep: Path,
-                                                                    tmp_path: Path, new_page) -> None:
+                                                                    new_page) -> None:
     """``mlflow ui`` on the runs folder's store: the sweep's run, expanded, lists every trial with the
     parameters and the accuracy its run recorded."""
     record = json.loads((sweep / "sweep.json").read_text())
@@ -302,7 +290,6 @@ def test_mlflow_shows_the_sweep_with_its_trials_nested_in_a_browser(mlflow_serve
                            params={"experiment_name": "caffetool"}).json()["experiment"]
     assert {t["key"]: t["value"] for t in experiment["tags"]}["mlflow.experimentKind"] == "custom_model_development"
     trials = sorted(p.name for p in sweep.glob("trial-*"))
-    shot = tmp_path / MLFLOW_SCREENSHOT
     page = new_page(1500, 560)
     page.goto(f"{mlflow_server}/#/experiments/{experiment['experiment_id']}/runs")
     page.get_by_text("hp", exact=True).wait_for(timeout=60_000)  # the sweep's run, its trials folded
@@ -334,8 +321,7 @@ def test_mlflow_shows_the_sweep_with_its_trials_nested_in_a_browser(mlflow_serve
     assert shown["hp"]["type"] == "SGD,Adam" and shown["hp"]["momentum"] == "uniform:0.8..0.95"
     best = record["best"]
     assert shown["hp"]["test0/accuracy"] == shown[best]["test0/accuracy"]
-    page.screenshot(path=str(shot))
-    keep(shot)
+    screenshots.save(page, "mlflow-sweep.png")
 
 
 def test_a_figure_of_the_untrained_net_names_no_best_trial(sweep: Path, tmp_path: Path) -> None:

@@ -341,10 +341,10 @@ def test_the_registered_kernel_imports_the_engines_pycaffe(engine, tmp_path):
 
 
 def test_a_missing_notebook_extra_is_named_with_the_pip_install_that_adds_it():
-    from caffetool import notebooks
+    from caffetool import extras, notebooks
     from caffetool.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=re.escape("pip install 'caffetool[notebook]'")):
+    with pytest.raises(ConfigError, match=re.escape(f"not installed: {extras.install_command('notebook')}")):
         notebooks._needs("caffetool_no_such_module")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from caffetool import extras
 from caffetool.errors import ConfigError
 from caffetool.upgrade import ipynb, upgraded
 
@@ -109,7 +110,7 @@ def test_without_nbformat_an_old_notebook_is_copied_unchanged_and_the_report_nam
     target = tmp_path / "proj-upgraded"
     assert (target / "old.ipynb").read_bytes() == (project / "old.ipynb").read_bytes()
     assert ("old.ipynb: check: a notebook of nbformat 3, which only nbformat converts to 4, and it is not installed "
-            "here: pip install 'caffetool[notebook]'; it was copied unchanged") in done.stdout, done.stdout
+            f"here: {extras.install_command('notebook')}; it was copied unchanged") in done.stdout, done.stdout
     assert 'print("hi")' in code_of(json.loads((target / "new.ipynb").read_text()))[0]
 
 

@@ -11,6 +11,8 @@ installed PyTorch has CUDA.
 from __future__ import annotations
 
 import io
+import shlex
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,8 @@ from caffetool.backends.loaded import LoadedModel, ModelSource
 from caffetool.errors import ConfigError, ExportError
 
 READS = "pytorch"
-CPU_BUILD = (" (on a machine without a GPU, PyTorch's CPU build is about a fifth of the size: pip install torch "
-             "--index-url https://download.pytorch.org/whl/cpu)")
+CPU_BUILD = (f" (on a machine without a GPU, PyTorch's CPU build is about a fifth of the size: {shlex.quote(sys.executable)}"
+             " -m pip install torch --index-url https://download.pytorch.org/whl/cpu)")
 
 
 def torch_for(what: str) -> Any:

@@ -15,7 +15,7 @@ default), minus the mean, times the scale. Its steps say ``"resize": "stretch"``
 1 (the pixels are 0-255 already) and ``channel_order`` naming the order; a model with these steps is
 served as a detector (:mod:`caffetool.serving.onnxmodel`).
 
-Metadata keys (ONNX ``metadata_props``, strings; JSON where structured), documented in docs/guides/export.md:
+Metadata keys (ONNX ``metadata_props``, strings; JSON where structured), documented in docs/explanation/export-verification.md:
 ``caffetool.preprocessing`` (the steps, below), ``caffetool.mean_image`` (a (C, H, W) mean, as the
 base64 of a ``.npy``, when the mean is an image), ``caffetool.labels`` (JSON list of class names),
 ``caffetool.preprocessing_in_graph`` (``true`` when :func:`prepend` made the graph take images).

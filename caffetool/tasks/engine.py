@@ -69,7 +69,8 @@ def install_(c: Context, prefix: str | None = None, source: str | None = None, d
         for note in done.notes:
             print(f"note: {note}")
         verb = "already installed" if done.cached else "installed from"
-        print(f"Caffe {done.engine.version} {verb} {Path(bundle).name} at {done.engine.prefix} "
+        version = done.engine.version or done.engine.manifest["source"]["version"]  # a side prefix is not probed
+        print(f"Caffe {version} {verb} {Path(bundle).name} at {done.engine.prefix} "
               f"({done.seconds:.1f} s)")
         if not link:
             print(SIDE_PREFIX)
