@@ -144,3 +144,18 @@ def test_a_page_names_another_section_by_a_link_not_by_its_title():
               for title in re.findall(r'(?<![\[(])"([^"]{4,80})"(?!\])', re.sub(r"\s*\n\s*", " ", p.read_text()))
               if title in headings or len(title) >= 12 and any(h.startswith(title) for h in headings)]
     assert not quoted, quoted
+
+
+INDEX_INSTALL = re.compile(r"pip3? install(?: -\S+)* ['\"]?caffetool(?:\[[\w,]+\])?['\"]?(?![\w./-])")
+
+
+def test_nothing_tells_a_user_to_install_caffetool_from_a_package_index():
+    """No package index publishes caffetool: a ``pip install caffetool`` would fail, or install someone
+    else's code under that name. Pages and messages name the checkout or the wheel instead."""
+    assert INDEX_INSTALL.search("run pip install 'caffetool[sweep]' first") and INDEX_INSTALL.search("pip install caffetool")
+    assert not INDEX_INSTALL.search("pip install 'dist/caffetool-0.1.0-py3-none-any.whl[sweep]'")
+    assert not INDEX_INSTALL.search("pip install -e '/home/you/caffetool[sweep]'")
+    texts = [*PAGES, ROOT / "benchmarks" / "RESULTS.md", *(ROOT / "caffetool").rglob("*.py"), *(ROOT / "docker").rglob("*")]
+    found = [(str(p.relative_to(ROOT)), m.group(0)) for p in texts if p.is_file() and p.suffix != ".pyc"
+             for m in INDEX_INSTALL.finditer(p.read_text(errors="replace"))]
+    assert not found, found
