@@ -47,20 +47,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serving(port: int | str, child: subprocess.Popen, seconds: float) -> bool:
+    """Whether a demo server answers ``/healthz`` on ``port`` within ``seconds``; False as soon as
+    ``child`` (the process that should be serving) has exited."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and child.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return False
+
+
 def start_server(args: list[str], port: int) -> subprocess.Popen:
     child = subprocess.Popen([sys.executable, "-m", "invoke", "demo.serve", "--port", str(port), *args],
                              cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            return child
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return child
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    child.kill()
-    raise AssertionError("the demo server did not start")
+    if not serving(port, child, 60) and child.poll() is None:
+        child.kill()
+        raise AssertionError("the demo server did not start")
+    return child
 
 
 @pytest.fixture(scope="module")

@@ -20,16 +20,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import socket
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from .conftest import PROJECT
 from .processes import stop
+from .test_demo import free_port, serving
 
 TUTORIALS = PROJECT / "docs" / "tutorials"
 PAGE_FOLDER = "/home/you/tutorial"
@@ -78,27 +76,10 @@ def in_order(parts: list[str], line: str) -> bool:
     return True
 
 
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
-def wait_for(port: str, child: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and child.poll() is None:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise AssertionError(f"the background command did not serve on port {port}")
-
-
 def follow(page: Path, folder: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
     env["PATH"] = f"{PROJECT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    port, cwd = free_port(), folder
+    port, cwd = str(free_port()), folder
     background: subprocess.Popen | None = None
     background_shown: list[str] = []
     try:
@@ -118,7 +99,7 @@ def follow(page: Path, folder: Path) -> None:
                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, start_new_session=True)
                 background_shown = shown
-                wait_for(port, background)
+                assert serving(port, background, 120), f"the background command did not serve on port {port}"
             else:
                 done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, text=True, timeout=900,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
