@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +89,22 @@ def test_asking_for_the_suite_on_an_installed_engine_says_how_to_run_it(engine):
     assert done.returncode == 0, done.stderr
     assert "no build ran Caffe's test suite: add --force" in done.stdout
     assert f"already installed at {engine.prefix}" in done.stdout
+
+
+def test_what_the_suite_leaves_in_its_temporary_folder_is_removed(tmp_path):
+    """The stand-in test.testbin makes a folder where Caffe's MakeTempDir makes them (boost's
+    temp_directory_path: $TMPDIR) and, like Caffe's tests, leaves it."""
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    passing = "[==========] 1 test from 1 test case ran. (1 ms total)\n[  PASSED  ] 1 test.\n"
+    (tmp_path / "run.out").write_text(passing)
+    (build_dir / "Makefile").write_text(
+        f"{suite.TARGET}:\n\tmkdir -p test && printf '#!/bin/sh\\nmktemp -d \"$$TMPDIR/caffe_test.XXXX\" "
+        f"> {tmp_path / 'made'}; cat {tmp_path / 'run.out'}\\n' > test/{suite.TARGET} && chmod +x test/{suite.TARGET}\n")
+    suite.run(tmp_path, build_dir, 1, tmp_path / "log", {}, suite.plan(cuda=True, openmp=False, gpu_visible=False))
+    made = Path((tmp_path / "made").read_text().strip())
+    assert made.name.startswith("caffe_test.") and made.parent.name.startswith("caffe-suite-")
+    assert not made.parent.exists()
 
 
 def test_which_tests_run_follows_the_build_and_the_machine():

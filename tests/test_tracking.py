@@ -364,15 +364,40 @@ def test_several_processes_write_one_new_store_at_once(tmp_path):
         "for step in range(40):\n"
         "    s.log(run, [(step, 'train/loss', 1.0 / (step + 1), int(time.time() * 1000))])\n"
         "s.end(run, 'FINISHED')\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     children = [subprocess.Popen([sys.executable, "-c", script, store, str(i)], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for i in range(4)]
+                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(scratch)})
+                for i in range(4)]
     outputs = [child.communicate(timeout=300) for child in children]
     assert [child.returncode for child in children] == [0, 0, 0, 0], outputs
     assert outputs == [("", "")] * 4
+    assert list(scratch.iterdir()) == []  # the lock leaves no file behind
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("crowd").experiment_id])
     assert sorted(r.info.run_name for r in runs) == [f"child-{i}" for i in range(4)]
     assert all(len(client.get_metric_history(r.info.run_id, "train/loss")) == 40 for r in runs)
+
+
+def test_opening_a_sqlite_store_excludes_other_processes_until_it_is_done(tmp_path):
+    """The lock is the database folder's own ``flock``: another process waits while it is held."""
+    from caffetool.track.store import opening
+    probe = ("import fcntl, os, sys\n"
+             "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+             "try:\n"
+             "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "except BlockingIOError:\n"
+             "    print('held')\n"
+             "else:\n"
+             "    print('free')\n")
+
+    def other_process() -> str:
+        return subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    with opening(uri_of(tmp_path / "mlflow.db")):
+        inside = other_process()
+    assert (inside, other_process()) == ("held", "free")
 
 
 def test_a_target_says_where_and_off_is_none(tmp_path):

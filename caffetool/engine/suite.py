@@ -6,13 +6,16 @@ reference for any change to the engine's arithmetic, caffetool's own patches inc
 ``engine.install --test-suite`` builds them in the staging build tree and runs them from the
 source root (they read ``src/caffe/test/test_data``), once on one thread and once on several (the
 parallel layers take other paths with more threads). A failing test stops the install: nothing is
-moved into place, and the error names the tests and the log.
+moved into place, and the error names the tests and the log. Each run gets a temporary folder of
+its own as ``TMPDIR``, removed after it: about 800 of Caffe's tests make a temporary folder there
+and none removes it.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +84,10 @@ def run(tree: Path, build_dir: Path, jobs: int, log: Path, env: dict[str, str],
         suite_env = dict(env)
         cpu_threads.apply(threads, suite_env)
         try:
-            cmake.run_step([str(binary), *filter(None, [how.test_filter])], tree, log,
-                           f"Caffe's test suite on {threads} thread(s)", on_line=lines.append, env=suite_env)
+            with tempfile.TemporaryDirectory(prefix="caffe-suite-") as scratch:
+                suite_env["TMPDIR"] = scratch  # the folders Caffe's tests make (MakeTempDir) and never remove
+                cmake.run_step([str(binary), *filter(None, [how.test_filter])], tree, log,
+                               f"Caffe's test suite on {threads} thread(s)", on_line=lines.append, env=suite_env)
         except BuildError:
             if not any(RAN.match(line) for line in lines):
                 running = [line.split("]", 1)[1].strip() for line in lines if line.startswith("[ RUN      ]")]

@@ -2,8 +2,8 @@
 
 Every call is retried while SQLite answers "database is locked" (several processes — a sweep's
 trials — writing one database file), for up to :data:`LOCKED_RETRY_S`. A SQLite store is opened under
-an exclusive lock of this host (a ``flock`` on a file in the temporary folder, named after the
-database's path): the first process to open a new database creates its tables, and the others wait
+an exclusive lock of this host (a ``flock`` on the folder that holds the database, so that nothing is
+left behind once it is released): the first process to open a new database creates its tables, and the others wait
 for it (MLflow's tracking store checks and creates them without a lock, and two processes creating
 them at once fail). Any other failure of MLflow, SQLAlchemy, the network or the file system is raised as
 one :class:`~caffetool.errors.TrackingError` naming the store, never as MLflow's own exception.
@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import math
 import os
 import re
-import tempfile
 import threading
 import time
 import warnings
@@ -133,11 +131,14 @@ def opening(uri: str) -> Iterator[None]:
     if location is None:
         yield
         return
-    database = Path(uri.removeprefix("sqlite:///").split("?", 1)[0]).absolute()
-    key = hashlib.sha256(str(database).encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"caffetool-mlflow-{key}.lock", "a") as lock:
+    folder = Path(location).parent
+    folder.mkdir(parents=True, exist_ok=True)  # as MLflow would, to create the database in it
+    lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(lock)  # closing releases the lock
 
 
 def _locked(error: BaseException) -> bool:
