@@ -29,7 +29,7 @@ from caffetool.engine import EngineInfo
 from caffetool.engine.locate import caffe_env
 from caffetool.errors import DataError, NetError
 from caffetool.nets import prototxt, state
-from caffetool.nets.solvers import SolverOptions, check_test_iter
+from caffetool.nets.solvers import SolverOptions, check_test_iter, write_cuda_graphs
 from caffetool.proc import run_checked
 from caffetool.runs.folder import RunFolder
 
@@ -213,11 +213,12 @@ def override(project: Project, options: SolverOptions, gpu: bool, caffe_pb2: Mod
     that this run will not use.
 
     A field of ``options`` left at None keeps the file's value; ``type`` replaces the file's only
-    when ``--type`` was given (``type_given``).
+    when ``--type`` was given (``type_given``); ``cuda_graphs`` False turns the graphs off, and left
+    on keeps what the file says.
     """
     solver = project.solver
     for key, value in vars(options).items():
-        if key in ("type", "mode", "stepvalue", "iter_size") or value is None:
+        if key in ("type", "mode", "stepvalue", "iter_size", "cuda_graphs") or value is None:
             continue
         if key == "test_iter":
             count = max(1, len(solver.test_iter))
@@ -232,6 +233,7 @@ def override(project: Project, options: SolverOptions, gpu: bool, caffe_pb2: Mod
         solver.iter_size = options.iter_size
     if type_given:
         solver.type = options.type
+    write_cuda_graphs(solver, options)
     wanted_gpu = solver.solver_mode == caffe_pb2.SolverParameter.GPU
     solver.solver_mode = caffe_pb2.SolverParameter.GPU if gpu else caffe_pb2.SolverParameter.CPU
     return f"{project.source.name} asks for solver_mode: GPU; training on the CPU" if wanted_gpu and not gpu else None

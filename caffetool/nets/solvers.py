@@ -87,6 +87,7 @@ class SolverOptions:
     """What a user may set; None means "the preset's value".
 
     Names are stored in Caffe's spelling whatever case they were given in (``adam`` → ``Adam``).
+    ``cuda_graphs`` False turns off the engine's CUDA graph of a GPU iteration (:func:`write_cuda_graphs`).
     """
 
     type: str = "SGD"
@@ -109,6 +110,7 @@ class SolverOptions:
     snapshot: int | None = None
     display: int | None = None
     mode: str = "cpu"
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         self.type = choose(self.type, SOLVER_TYPES, "--type")
@@ -119,7 +121,7 @@ class SolverOptions:
     @classmethod
     def from_flags(cls, type: str | None = "SGD", lr_policy: str | None = None,
                    stepvalue: list[object] | None = None, mode: str | None = "cpu",
-                   **numbers: object) -> SolverOptions:
+                   cuda_graphs: bool = True, **numbers: object) -> SolverOptions:
         """Options from command-line flags (text, or None when absent), checked in full.
 
         Everything is refused here — a word that is no number, a value Caffe cannot use, a policy
@@ -130,10 +132,14 @@ class SolverOptions:
             raise TypeError(f"not solver settings: {', '.join(unknown)}")
         given = {key: number(value, flag(key), LIMITS[key].kind) for key, value in numbers.items()}
         options = cls(type=type or "SGD", lr_policy=lr_policy or None, mode=mode or "cpu",
-                      stepvalue=[number(v, "--stepvalue", int) for v in stepvalue or []],
+                      cuda_graphs=bool(cuda_graphs), stepvalue=[number(v, "--stepvalue", int) for v in stepvalue or []],
                       **{key: value for key, value in given.items() if value is not None})
         settle(options)
         return options
+
+
+# The options that are no number of the recipe: names, the stepvalue list, and switches.
+NOT_NUMBERS = ("type", "mode", "stepvalue", "lr_policy", "cuda_graphs")
 
 
 def settle(options: SolverOptions) -> dict[str, object]:
@@ -145,8 +151,7 @@ def settle(options: SolverOptions) -> dict[str, object]:
         # A new policy takes none of the old one's numbers: gamma 0.0001 means nothing to "step".
         settings = {k: v for k, v in settings.items() if k not in POLICY_FIELDS}
     settings["lr_policy"] = policy
-    given = {k: v for k, v in vars(options).items()
-             if v is not None and k not in ("type", "mode", "stepvalue") and k != "lr_policy"}
+    given = {k: v for k, v in vars(options).items() if v is not None and k not in NOT_NUMBERS}
     if options.stepvalue:
         given["stepvalue"] = list(options.stepvalue)
     settings.update(given)
@@ -223,4 +228,13 @@ def build(caffe: Any, options: SolverOptions, net: str, snapshot_prefix: str, te
     if options.type != "SGD":
         solver.type = options.type
     solver.solver_mode = pb.SolverParameter.GPU if options.mode == "gpu" else pb.SolverParameter.CPU
+    write_cuda_graphs(solver, options)
     return solver
+
+
+def write_cuda_graphs(solver: Any, options: SolverOptions) -> None:
+    """``cuda_graphs: false`` in ``solver`` when ``options`` turn the graphs off (engine patch 0014's
+    field). Left on, nothing is written: on is the engine's default, and a file without the field is
+    one stock BVLC Caffe reads; a solver that already turns them off keeps that."""
+    if not options.cuda_graphs:
+        solver.cuda_graphs = False

@@ -13,7 +13,7 @@ from caffetool.engine import locate
 from caffetool.errors import RunError
 from caffetool.sweep import launch, leaderboard, sweeprecord
 from caffetool.tasks._common import chosen_folder, pick, task
-from caffetool.tasks.solver_flags import solver_help, takes_solver_flags
+from caffetool.tasks.solver_flags import given, solver_help, takes_solver_flags
 from caffetool.tasks.train import TRACKING_HELP
 
 SWEEP_HELP = {
@@ -46,9 +46,8 @@ def run(c: Any, param: list[str] | None = None, metric: str = "test/accuracy", m
         tracking_uri: str | None = None, experiment: str | None = None, *, solver_flags: dict[str, Any]) -> None:
     """Sweep training settings on Ray Tune: one trial per GPU or per few cores, ASHA early stopping."""
     extras.need("sweep", "caffetool sweep")
-    flags = solver_flags  # --mode here is max|min, not the solver's
-    fixed = {k: v for k, v in {**flags, "batch_size": batch_size, "test_batch_size": test_batch_size}.items()
-             if v not in (None, "", [])}
+    # --mode here is max|min, not the solver's
+    fixed = given({**solver_flags, "batch_size": batch_size, "test_batch_size": test_batch_size})
     plan = sweeprecord.Plan(
         name=name or "", params=list(param or []), metric=metric, mode=mode, scheduler=scheduler, grace=grace,
         samples=samples or 1, search=search or "", seed=seed, max_concurrent=max_concurrent, cpus_per_trial=cpus_per_trial or 1,
