@@ -3,8 +3,9 @@
 ``prepare`` (here, with the caffetool venv): bundles the CUDA engine under test (``--prefix``) and
 writes the payload (:mod:`gpuproof.payload`): ``common/`` (bundle, nets, the C++ tools, the
 ``cudaMalloc`` logger, wheels), ``data/`` (Fashion-MNIST), ``baseline/`` (with ``--baseline``: a
-second engine, today's, as the files in which it differs from the first) and ``gtest/`` (Caffe's
-test suite of the same build, which compile-check kept). It prints each folder's size and refuses
+second engine, today's, as the files in which it differs from the first), ``gtest/`` (Caffe's
+test suite of the same build, which compile-check kept) and ``pycaffe/`` (this Python 3.11 with
+NumPy and protobuf, for pycaffe). It prints each folder's size and refuses
 a payload that one call could not carry (64 MiB with the checkout's own files).
 
 ``run`` (on the GPU machine, its own Python and the payload's wheels): installs the engines with
@@ -30,10 +31,11 @@ memory record, carrying ``build/gpu-proof/common``, ``build/gpu-proof/data`` and
 
     bash benchmarks/gpu_proof_call.sh training,torch,memory 540
 
-Call 2 (timeout_s 600): the test suite, continued, carrying ``build/gpu-proof/common`` and
-``build/gpu-proof/gtest`` (the next call's ``--done`` is the ``gtest_done.txt`` this one returns):
+Call 2 (timeout_s 600): pycaffe on the GPU in the Python the payload carries, then the test suite,
+continued, carrying ``build/gpu-proof/common``, ``build/gpu-proof/gtest`` and
+``build/gpu-proof/pycaffe`` (the next call's ``--done`` is the ``gtest_done.txt`` this one returns):
 
-    bash benchmarks/gpu_proof_call.sh gtest 540 build/gpu-proof/gtest/done.txt
+    bash benchmarks/gpu_proof_call.sh pycaffe,gtest 540 build/gpu-proof/gtest/done.txt
 
 Then, here:
 
@@ -71,7 +73,7 @@ def main() -> None:
     r.add_argument("--payload", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--groups", default="training,torch,memory",
-                   help="comma-separated: training, torch, time, memory, gtest, compare, host")
+                   help="comma-separated: training, torch, time, memory, pycaffe, gtest, compare, host")
     r.add_argument("--budget", type=float, default=540, help="seconds; steps that would overrun are skipped")
     r.add_argument("--shards", type=int, default=min(12, os.cpu_count() or 1), help="test-suite processes")
     r.add_argument("--done", type=Path, help="gtest: a file of test names finished in earlier calls (one a line); "
@@ -89,7 +91,7 @@ def main() -> None:
         kept = args.gtest or (suite_folder() if suite_folder().is_dir() else None)
         try:
             payload.prepare(args.prefix, args.out, args.fashion, kept, args.baseline, args.level)
-        except payload.PayloadTooLarge as e:
+        except (payload.PayloadTooLarge, payload.ForeignLibrary) as e:
             parser.exit(1, f"Error: {e}\n")
     elif args.step == "run":
         from gpuproof import steps

@@ -2,7 +2,8 @@
 # One call of the GPU proof on the GPU machine (its own Python, nothing fetched): installs the
 # payload's wheels beside that Python and runs the groups named, results under $OUT.
 #   bash benchmarks/gpu_proof_call.sh training,torch,memory 540   # carry build/gpu-proof/{common,data,baseline}
-#   bash benchmarks/gpu_proof_call.sh gtest 540 build/gpu-proof/gtest/done.txt   # carry build/gpu-proof/{common,gtest}
+#   bash benchmarks/gpu_proof_call.sh pycaffe,gtest 540 build/gpu-proof/gtest/done.txt
+#       # carry build/gpu-proof/{common,gtest,pycaffe}
 # The third argument (gtest only): the tests finished in earlier calls; this call runs the rest and
 # leaves the updated list in $OUT/gtest_done.txt.
 set -uo pipefail

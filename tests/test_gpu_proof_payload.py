@@ -201,6 +201,59 @@ def test_a_payload_a_call_cannot_carry_is_refused_with_each_part():
     assert str(refused.value).startswith(
         "the training,torch,memory call carries 65.0 MiB (common/ 30.0 + data/ 25.0 + baseline/ 4.0 + the "
         "checkout 6.0), over the 64 MiB a call carries: build the engines without OpenCV")
+    with pytest.raises(payload.PayloadTooLarge) as refused:  # the second call carries the Python for pycaffe
+        payload.check_fits({"common": 30 * mib, "gtest": 4 * mib, "pycaffe": 25 * mib}, 6 * mib)
+    assert str(refused.value).startswith("the pycaffe,gtest call carries 65.0 MiB (common/ 30.0 + gtest/ 4.0 + "
+                                         "pycaffe/ 25.0 + the checkout 6.0)")
+
+
+@pytest.mark.engine
+def test_an_engine_whose_binaries_load_another_libcaffe_is_refused(engine, tmp_path):
+    """A copy of an engine's ``caffe`` and ``_caffe.so`` without its ``libcaffe`` resolves the library
+    elsewhere (an absolute RUNPATH) or not at all: the payload is not made of it."""
+    from caffetool.engine.locate import PYCAFFE_DIR
+    from gpuproof import payload
+
+    payload.check_own_libcaffe(engine.prefix)
+    copy = tmp_path / "engine"
+    for part in ("bin/caffe", f"{PYCAFFE_DIR}/caffe/_caffe.so"):
+        (copy / part).parent.mkdir(parents=True)
+        shutil.copy2(engine.prefix / part, copy / part)
+    (copy / "lib").mkdir(exist_ok=True)
+    with pytest.raises(payload.ForeignLibrary, match=r"bin/caffe loads .*, not the one in .*/engine/lib: point"):
+        payload.check_own_libcaffe(copy)
+
+
+@pytest.mark.engine
+def test_the_carried_python_runs_pycaffes_checks_without_the_venv(engine, tmp_path):
+    """The Python the payload carries (this machine's interpreter, its standard library, NumPy,
+    protobuf and BVLC's pycaffe suite), unpacked elsewhere and run with nothing of the venv's, on
+    the installed engine's pycaffe, in CPU mode: what the GPU machine runs in GPU mode."""
+    from caffetool.config import cache_home
+    from caffetool.engine.recipe import CAFFE_SOURCE
+    from gpuproof import pyruntime
+
+    archive = pyruntime.pack(tmp_path / "pack", cache_home() / "sources" / CAFFE_SOURCE.orig.name, level=3)
+    python = pyruntime.unpack(archive, tmp_path / "python")
+    out = tmp_path / "pycaffe.json"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **pyruntime.environment(tmp_path / "python",
+                                                                                  engine.python_path)}
+    done = subprocess.run([str(python), str(BENCHMARKS / "gpuproof" / "pycaffe_gpu.py"), "run", "--mode", "cpu",
+                           "--suite", str(tmp_path / "python" / "suite"), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert [name for name, entry in results.items() if "error" in entry] == []
+    imports = results["imports"]
+    assert (imports["prefix"], imports["absent"], imports["loaded"]) == (
+        str(tmp_path / "python"), {"skimage": True, "scipy": True}, [])
+    assert imports["caffe_file"].startswith(str(engine.python_path))
+    assert results["suite"]["ran"] == 51 and results["suite"]["failures"] == results["suite"]["errors"] == []
+    assert results["gpu_equals_cpu"]["loss_difference"] == 0
+    assert results["python_layer"]["last_loss"] < results["python_layer"]["first_loss"] / 2
+    for loop in ("loop_sgd", "loop_adam", "step_sgd"):
+        assert results[f"{loop}_graphs"]["iterations"] == 60
+        assert results[f"{loop}_graphs_against_eager"] == {"identical": True, "largest_difference": 0.0}
 
 
 def test_the_checkout_counts_what_a_call_sends_of_it():
@@ -366,7 +419,8 @@ def test_the_run_step_imports_and_names_its_groups():
     """What the GPU machine runs, imported here (Python and the payload's wheels only at import)."""
     from gpuproof import steps, versus
 
-    assert steps.GROUPS == ("training", "torch", "time", "memory", "gtest", "compare", "host")
+    assert steps.GROUPS == ("training", "torch", "time", "memory", "pycaffe", "gtest", "compare", "host")
+    assert inspect.getsource(steps.run).count('"pycaffe": pycaffe') == 1
     assert [engine for _, engine, _ in versus.ENGINES] == ["baseline", "tested", "tested"]
     training = inspect.getsource(steps.training)
     assert callable(versus.vgg16_time)

@@ -5,9 +5,11 @@ The GPU machine has no Caffe toolchain, no caffetool environment and no network,
 call needs: ``common/`` (the bundle of the engine under test, the nets and solvers, the C++
 tools, the allocation logger, the Python wheels the run step imports), ``data/`` (Fashion-MNIST's
 IDX files, xz-compressed, for the training runs), ``baseline/`` (a second engine, carried as the
-files in which it differs from the first: :mod:`gpuproof.enginediff`) and ``gtest/`` (Caffe's own
-test suite from a CUDA build tree). :data:`CALLS` names the folders each call carries; the payload
-is refused when a call's would not fit.
+files in which it differs from the first: :mod:`gpuproof.enginediff`), ``gtest/`` (Caffe's own
+test suite from a CUDA build tree) and ``pycaffe/`` (the Python 3.11 that runs pycaffe there:
+:mod:`gpuproof.pyruntime`). :data:`CALLS` names the folders each call carries; the payload is
+refused when a call's would not fit, or when an engine's ``caffe`` or pycaffe would load a
+``libcaffe`` other than its own.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from gpuproof import allocations, enginediff, waits
+from gpuproof import allocations, enginediff, pyruntime, waits
 from gpuproof import nets as proof_nets
 
 FASHION_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -34,11 +36,13 @@ ENGINE_LIB = WORK / "engine" / "lib"
 # installer, LMDB writer and log parser need these.
 WHEELS = ("zstandard==0.25.0", "platformdirs==4.14.8", "lmdb==3.0.0", "pyelftools==0.33")
 BASELINE = "baseline"  # the payload's folder holding the second engine
+PYCAFFE = "pycaffe"  # the payload's folder holding the Python that runs pycaffe
 LOGGER = Path("common") / "bin" / allocations.LIBRARY  # inside the payload
 WAITS = Path("common") / "bin" / waits.LIBRARY
-# The folders each call carries: the run with both engines, PyTorch and the memory record; the test suite.
+# The folders each call carries: the run with both engines, PyTorch and the memory record; pycaffe
+# and the test suite.
 CALLS: dict[str, tuple[str, ...]] = {"training,torch,memory": ("common", "data", BASELINE),
-                                     "gtest": ("common", "gtest")}
+                                     "pycaffe,gtest": ("common", "gtest", PYCAFFE)}
 CARRIED = 64 * 2**20  # a call's working tree and carried folders together
 # zstd level of the payload's bundle: 19 makes it about a seventh smaller than caffetool's default
 # of 10, room the two-engine call needs, for a minute or two more here.
@@ -47,6 +51,10 @@ LEVEL = 19
 
 class PayloadTooLarge(Exception):
     """A call's folders and the checkout together exceed what one call carries."""
+
+
+class ForeignLibrary(Exception):
+    """An engine's binary or pycaffe resolves ``libcaffe`` outside the engine's own prefix."""
 
 
 def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, baseline: Path | None = None,
@@ -69,8 +77,13 @@ def prepare(prefix: Path, out: Path, fashion: Path, gtest: Path | None, baseline
 
 def write_payload(out: Path, prefix: Path, fashion: Path, gtest: Path | None, baseline: Path | None, level: int,
                   say=print) -> None:
+    from caffetool.config import cache_home
     from caffetool.engine import bundles, import_caffe, locate
+    from caffetool.engine.recipe import CAFFE_SOURCE
 
+    for engine in (prefix, baseline):
+        if engine is not None:
+            check_own_libcaffe(engine)
     caffe = import_caffe(locate(prefix, probe=False))  # the nets are written by the engine they run on
     common = out / "common"
     (common / "nets").mkdir(parents=True)
@@ -93,6 +106,24 @@ def write_payload(out: Path, prefix: Path, fashion: Path, gtest: Path | None, ba
     if gtest is not None:
         (out / "gtest").mkdir()
         pack_gtest(gtest, out / "gtest", cuda)
+    pyruntime.pack(out / PYCAFFE, cache_home() / "sources" / CAFFE_SOURCE.orig.name, level)
+
+
+def check_own_libcaffe(prefix: Path) -> None:
+    """Refuse an engine whose ``caffe`` or pycaffe loads a ``libcaffe`` from elsewhere: a build
+    prefix's binaries carry an absolute RUNPATH into the folder they were built for, and a later
+    build there would be the library a copy of them loads."""
+    from caffetool.engine.locate import PYCAFFE_DIR
+
+    own = (prefix / "lib").resolve()
+    for binary in (prefix / "bin" / "caffe", prefix / PYCAFFE_DIR / "caffe" / "_caffe.so"):
+        listing = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+        found = [line.split("=>", 1)[1].split("(")[0].strip() for line in listing.splitlines()
+                 if line.strip().startswith("libcaffe.so") and "=>" in line]
+        if not found or Path(found[0]).resolve().parent != own:
+            raise ForeignLibrary(f"{binary} loads {found[0] if found else 'no libcaffe'}, not the one in {own}: "
+                                 f"point its RUNPATH at its own lib/ (patchelf --set-rpath), or install the "
+                                 "engine where it was built")
 
 
 def pack_baseline(first: Path, prefix: Path, folder: Path, say=print) -> None:

@@ -8,7 +8,8 @@ GPU; the 1x1 case), ``torch`` (the same LeNet in PyTorch, eager and as a CUDA gr
 (LeNet with cuDNN's timed choice and on Caffe's kernels), ``time`` (``caffe time`` of five nets on
 cuDNN and on Caffe's kernels), ``memory`` (Caffe's own allocations logged call by call for the
 three nets whose estimates are off, then the calibration nets and the published nets against the
-estimate), ``host`` (where LeNet's GPU time goes), ``gtest`` (Caffe's test suite, continued across
+estimate), ``host`` (where LeNet's GPU time goes), ``pycaffe`` (pycaffe on the GPU, in the Python
+the payload carries: :mod:`gpuproof.pycaffe_gpu`), ``gtest`` (Caffe's test suite, continued across
 calls: :mod:`gpuproof.gtestrun`).
 """
 
@@ -24,12 +25,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpuproof import allocations, enginediff, gtestrun, versus
+from gpuproof import allocations, enginediff, gtestrun, pyruntime, versus
 from gpuproof import nets as proof_nets
-from gpuproof.payload import BASELINE, LOGGER, WORK
+from gpuproof.payload import BASELINE, ENGINE_LIB, LOGGER, PYCAFFE, WORK
 from gpuproof.proof import Proof, caffe_time, cudnn_choices, fashion_data, tool, train
 
-GROUPS = ("training", "torch", "time", "memory", "gtest", "compare", "host")
+GROUPS = ("training", "torch", "time", "memory", "pycaffe", "gtest", "compare", "host")
 VARIANTS: dict[str, dict[str, str]] = {
     "cudnn": {},
     "cudnn_find": {"CAFFE_CUDNN_ALGO": "find"},
@@ -203,6 +204,37 @@ def compare(proof: Proof) -> None:
     train(proof, "lenet_caffe", "lenet_caffe_solver.prototxt", {}, 120)
 
 
+# ---- pycaffe ----------------------------------------------------------------------------------
+
+def pycaffe(proof: Proof) -> None:
+    """pycaffe on the GPU (:mod:`gpuproof.pycaffe_gpu`) in the Python 3.11 the payload carries
+    (:mod:`gpuproof.pyruntime`): every check's figures in the step's entry."""
+    from caffetool.engine.locate import PYCAFFE_DIR
+
+    root = WORK / "python"
+
+    def unpack(entry: dict) -> None:
+        start = time.perf_counter()
+        python = pyruntime.unpack(proof.payload / PYCAFFE / pyruntime.ARCHIVE, root)
+        entry.update(seconds=round(time.perf_counter() - start, 2), interpreter=str(python))
+
+    def checks(entry: dict) -> None:
+        env = {k: v for k, v in proof.env.items() if not k.startswith("PYTHON")}
+        env.update(pyruntime.environment(root, WORK / "engine" / PYCAFFE_DIR, ENGINE_LIB / "vendor"))
+        out = proof.out / "pycaffe.json"
+        with open(proof.log("pycaffe"), "w") as log:
+            done = subprocess.run([str(root / pyruntime.INTERPRETER), str(Path(__file__).with_name("pycaffe_gpu.py")),
+                                   "run", "--mode", "gpu", "--suite", str(root / "suite"), "--out", str(out)],
+                                  stdout=log, stderr=subprocess.STDOUT, env=env, timeout=max(60.0, proof.left() - 30))
+        entry["exit"] = done.returncode
+        if out.exists():
+            entry.update(json.loads(out.read_text()))
+            out.unlink()
+
+    proof.do("pycaffe_runtime", unpack, 10)
+    proof.do("pycaffe", checks, 90)
+
+
 # ---- caffe time -------------------------------------------------------------------------------
 
 def timing(proof: Proof) -> None:
@@ -320,7 +352,7 @@ def run(payload: Path, out: Path, groups: list[str], budget: float, shards: int,
             gtestrun.gtest(proof, shards, done)
         else:
             {"training": training, "torch": versus.torch_anchor, "time": timing, "memory": memory,
-             "compare": compare, "host": host}[group](proof)
+             "pycaffe": pycaffe, "compare": compare, "host": host}[group](proof)
     (out / "results.json").write_text(json.dumps(proof.results, indent=1))
     with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:  # one file: few files come back
         tar.add(out / "logs", arcname="logs")
