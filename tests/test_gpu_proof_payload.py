@@ -235,14 +235,16 @@ def test_the_carried_python_runs_pycaffes_checks_without_the_venv(engine, tmp_pa
 
     archive = pyruntime.pack(tmp_path / "pack", cache_home() / "sources" / CAFFE_SOURCE.orig.name, level=3)
     python = pyruntime.unpack(archive, tmp_path / "python")
-    out = tmp_path / "pycaffe.json"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **pyruntime.environment(tmp_path / "python",
-                                                                                  engine.python_path)}
+    out, scratch = tmp_path / "pycaffe.json", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(scratch),
+           **pyruntime.environment(tmp_path / "python", engine.python_path)}
     done = subprocess.run([str(python), str(BENCHMARKS / "gpuproof" / "pycaffe_gpu.py"), "run", "--mode", "cpu",
                            "--suite", str(tmp_path / "python" / "suite"), "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(out.read_text())
+    assert list(scratch.iterdir()) == []  # every check's files, BVLC's suite's nets too, removed
     assert [name for name, entry in results.items() if "error" in entry] == []
     imports = results["imports"]
     assert (imports["prefix"], imports["absent"], imports["loaded"]) == (

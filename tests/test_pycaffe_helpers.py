@@ -36,7 +36,8 @@ def test_bvlcs_whole_pycaffe_suite_passes(engine, tmp_path):
         tar.extractall(tmp_path, members=wanted, filter="data")
     suite = tmp_path / "python" / "caffe" / "test"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           "-W", "ignore::DeprecationWarning", str(suite)], cwd=suite, env=with_pycaffe(engine),
+                           "-W", "ignore::DeprecationWarning", str(suite)], cwd=suite,
+                          env={**with_pycaffe(engine), "TMPDIR": str(tmp_path)},  # its nets, kept with delete=False
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1].startswith("52 passed"), done.stdout[-500:]

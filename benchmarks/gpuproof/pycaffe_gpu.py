@@ -220,6 +220,7 @@ def check_suite(mode: str, folder: Path, suite: Path) -> dict:
         caffe.set_mode_cpu = caffe.set_mode_gpu  # the suite's setUp calls select the GPU here
     suite = suite.resolve()
     os.chdir(suite)  # the suite's Python layers are modules of its folder
+    tempfile.tempdir = str(folder)  # the nets it writes with delete=False, removed with the folder
     tests = unittest.defaultTestLoader.discover(str(suite), pattern="test_*.py", top_level_dir=str(suite))
     tests = unittest.TestSuite(t for t in tests if "test_draw" not in str(t))
     result = unittest.TextTestRunner(stream=open(os.devnull, "w"), verbosity=0).run(tests)
