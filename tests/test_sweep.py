@@ -167,6 +167,14 @@ def test_a_held_run_waits_for_each_verdict_and_stops_where_it_was_held(tmp_path:
     assert (result.run_dir / "snapshots" / f"lenet_iter_{at}.solverstate").is_file()
 
 
+def test_a_sweep_takes_the_cuda_graphs_switch_for_every_trial(tmp_path: Path) -> None:
+    """``--no-cuda-graphs`` is one of the solver flags a sweep fixes for its trials
+    (tests/test_cuda_graphs_flag.py checks what it writes)."""
+    done = cli("sweep", "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "--[no-]cuda-graphs" in done.stdout
+
+
 def test_bad_params_are_refused_before_ray_starts(tmp_path: Path) -> None:
     done = cli("sweep", "--param", "base_lr=0.01", "--param", "momentum=0,0.9", "--type", "Adam",
                "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)

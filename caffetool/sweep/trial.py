@@ -36,6 +36,7 @@ import queue
 import socket
 import threading
 import time
+import traceback
 import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -142,6 +143,13 @@ class TrialNames:
                     yield int(number)
 
 
+def _where(error: BaseException) -> str:
+    """The innermost place an unexpected error came from (``file.py:LINE in function``): the trial's
+    record keeps the message only, and a thread's traceback is not seen by the user."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else "no traceback"
+
+
 class CaffeTrial(tune.Trainable):
     """A Tune trainable whose work is one caffetool run (see the module's docstring)."""
 
@@ -213,7 +221,7 @@ class CaffeTrial(tune.Trainable):
             self._rows(result.outcome.metrics)  # the final test (caffe test) is not in the log
             self._put(self._final(result))
         except BaseException as e:  # noqa: BLE001 - every failure goes to Tune through step()
-            self._put(e if isinstance(e, CaffetoolError) else RunError(f"{type(e).__name__}: {e}"))
+            self._put(e if isinstance(e, CaffetoolError) else RunError(f"{type(e).__name__}: {e} ({_where(e)})"))
 
     def _run(self) -> session.TrainResult:
         node = _node()
