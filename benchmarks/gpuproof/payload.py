@@ -113,14 +113,13 @@ def check_own_libcaffe(prefix: Path) -> None:
     """Refuse an engine whose ``caffe`` or pycaffe loads a ``libcaffe`` from elsewhere: a build
     prefix's binaries carry an absolute RUNPATH into the folder they were built for, and a later
     build there would be the library a copy of them loads."""
+    from caffetool.engine import elf
     from caffetool.engine.locate import PYCAFFE_DIR
 
     own = (prefix / "lib").resolve()
     for binary in (prefix / "bin" / "caffe", prefix / PYCAFFE_DIR / "caffe" / "_caffe.so"):
-        listing = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
-        found = [line.split("=>", 1)[1].split("(")[0].strip() for line in listing.splitlines()
-                 if line.strip().startswith("libcaffe.so") and "=>" in line]
-        if not found or Path(found[0]).resolve().parent != own:
+        found = [d.path for d in elf.dependencies(binary) if d.soname.startswith("libcaffe.so") and d.path]
+        if not found or found[0].resolve().parent != own:
             raise ForeignLibrary(f"{binary} loads {found[0] if found else 'no libcaffe'}, not the one in {own}: "
                                  f"point its RUNPATH at its own lib/ (patchelf --set-rpath), or install the "
                                  "engine where it was built")
